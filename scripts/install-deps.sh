@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what nvfp4mla needs on a fresh Debian 12 machine that already has the
+# CUDA toolkit (or no GPU toolchain at all: the CPU build works without it).
+# Idempotent: packages already present are left alone.
+set -euo pipefail
+pkgs=(cmake ninja-build g++ libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
+      libssl-dev libxxhash-dev libbenchmark-dev libpng-dev zlib1g-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

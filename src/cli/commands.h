@@ -1,0 +1,12 @@
+#pragma once
+// Each subcommand registers itself on the CLI11 app; main.cpp only lists them.
+#include <CLI/CLI.hpp>
+
+namespace nvfp4mla::cli {
+
+void add_format_commands(CLI::App& app);     // encode, decode, inspect, abi (format_commands.cpp)
+void add_calibrate_command(CLI::App& app);   // calibrate (calibrate_command.cpp)
+void add_eval_command(CLI::App& app);        // eval (eval_command.cpp)
+void add_info_command(CLI::App& app);        // info (main.cpp)
+
+}  // namespace nvfp4mla::cli

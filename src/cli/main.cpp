@@ -1,0 +1,39 @@
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "nvfp4mla/device.h"
+#include "nvfp4mla/error.h"
+
+namespace nvfp4mla::cli {
+
+void add_info_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "Print build and device information");
+  cmd->callback([] {
+    std::printf("nvfp4mla %s\nCUDA kernels: %s\ndevice: %s\n", "0.1.0", built_with_cuda() ? "built" : "not built",
+                cuda_device_description(0).c_str());
+  });
+}
+
+}  // namespace nvfp4mla::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"nvfp4mla: 4-bit NVFP4 KV-cache records for DeepSeek-style sparse MLA"};
+  app.require_subcommand(1);
+  nvfp4mla::cli::add_format_commands(app);
+  nvfp4mla::cli::add_calibrate_command(app);
+  nvfp4mla::cli::add_eval_command(app);
+  nvfp4mla::cli::add_info_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const nvfp4mla::Error& e) {
+    std::fprintf(stderr, "nvfp4mla: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nvfp4mla: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
