@@ -1,12 +1,17 @@
 #pragma once
-// Each subcommand registers itself on the CLI11 app; main.cpp only lists them.
+// Each subcommand lives in its own file and registers itself on the CLI11 app;
+// main.cpp only lists them.
 #include <CLI/CLI.hpp>
 
 namespace nvfp4mla::cli {
 
-void add_format_commands(CLI::App& app);     // encode, decode, inspect, abi (format_commands.cpp)
-void add_calibrate_command(CLI::App& app);   // calibrate (calibrate_command.cpp)
-void add_eval_command(CLI::App& app);        // eval (eval_command.cpp)
-void add_info_command(CLI::App& app);        // info (main.cpp)
+void add_format_commands(CLI::App& app);  // encode, decode, inspect, abi (format_commands.cpp)
+void add_calibrate_command(CLI::App& app);  // calibrate (calibrate_command.cpp)
+void add_eval_command(CLI::App& app);  // eval (eval_command.cpp)
+void add_store_command(CLI::App& app);  // store (KV offload store) (store_command.cpp)
+void add_attend_command(CLI::App& app);  // attend (attend_command.cpp)
+void add_bench_command(CLI::App& app);  // bench (bench_command.cpp)
+void add_plan_command(CLI::App& app);  // plan (plan_command.cpp)
+void add_info_command(CLI::App& app);  // info (main.cpp)
 
 }  // namespace nvfp4mla::cli

@@ -23,6 +23,10 @@ int main(int argc, char** argv) {
   nvfp4mla::cli::add_format_commands(app);
   nvfp4mla::cli::add_calibrate_command(app);
   nvfp4mla::cli::add_eval_command(app);
+  nvfp4mla::cli::add_attend_command(app);
+  nvfp4mla::cli::add_bench_command(app);
+  nvfp4mla::cli::add_plan_command(app);
+  nvfp4mla::cli::add_store_command(app);
   nvfp4mla::cli::add_info_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,6 @@
+// Not written yet: registers nothing.
+#include "commands.h"
+
+namespace nvfp4mla::cli {
+void add_store_command(CLI::App&) {}
+}  // namespace nvfp4mla::cli
