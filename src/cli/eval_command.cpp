@@ -9,10 +9,12 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/evaluation.h"
+#include "nvfp4mla/eval/plot.h"
 
 namespace nvfp4mla::cli {
 
@@ -77,8 +79,82 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
 struct EvalFlags {
   eval::EvalOptions options;
   std::string json_path;
+  std::string plot_dir;
+  std::string device = "cpu";
+  std::string sections = "latent,attention,sweep,needle";
+  std::string needle_layers, needle_lengths, needle_depths, modes;
   bool no_progress = false;
 };
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur.push_back(c);
+    }
+  }
+  return out;
+}
+
+// "4096", "64k", "1M" (k = 1024, M = 1048576).
+int64_t parse_length(const std::string& s) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    throw Error("invalid context length '" + s + "': use a token count such as 4096, 64k or 1M");
+  }
+  const std::string suffix = s.substr(used);
+  if (suffix == "k" || suffix == "K") v *= 1024;
+  else if (suffix == "m" || suffix == "M") v *= 1024 * 1024;
+  else if (!suffix.empty()) throw Error("invalid context length '" + s + "': use a token count such as 4096, 64k or 1M");
+  return v;
+}
+
+double parse_number(const std::string& s, const std::string& what) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size()) throw Error("invalid " + what + " '" + s + "'");
+  return v;
+}
+
+// Applies the list-valued and named flags to the options.
+void apply_flags(EvalFlags& f) {
+  eval::EvalOptions& o = f.options;
+  o.device = eval::parse_device(f.device);
+  o.latent = o.attention.enabled = o.sweep.enabled = o.needle.enabled = false;
+  for (const std::string& s : split_list(f.sections)) {
+    if (s == "latent") o.latent = true;
+    else if (s == "attention") o.attention.enabled = true;
+    else if (s == "sweep") o.sweep.enabled = true;
+    else if (s == "needle") o.needle.enabled = true;
+    else throw Error("unknown section '" + s + "' in --sections: use latent, attention, sweep, needle");
+  }
+  o.modes = split_list(f.modes);
+  if (!f.needle_layers.empty()) {
+    o.needle.layers.clear();
+    for (const std::string& s : split_list(f.needle_layers))
+      o.needle.layers.push_back(static_cast<int>(parse_number(s, "needle layer")));
+  }
+  if (!f.needle_lengths.empty()) {
+    o.needle.lengths.clear();
+    for (const std::string& s : split_list(f.needle_lengths)) o.needle.lengths.push_back(parse_length(s));
+  }
+  if (!f.needle_depths.empty()) {
+    o.needle.depths.clear();
+    for (const std::string& s : split_list(f.needle_depths)) o.needle.depths.push_back(parse_number(s, "needle depth") / 100.0);
+  }
+}
 
 }  // namespace
 
@@ -86,7 +162,8 @@ void add_eval_command(CLI::App& app) {
   auto flags = std::make_shared<EvalFlags>();
   auto* cmd = app.add_subcommand("eval",
                                  "Quality evaluation of every record format and scale mode on the embedded synthetic "
-                                 "GLM-5.2-like workload (capacity, latent error, group-scale health)");
+                                 "GLM-5.2-like workload: capacity, latent error, group-scale health, attention "
+                                 "error and KL divergence, magnitude sweep, needle retention");
   cmd->add_option("--seed", flags->options.seed, "Workload seed (deterministic)")->capture_default_str();
   cmd->add_option("--tokens-per-layer", flags->options.tokens_per_layer, "Evaluation tokens per layer")
       ->capture_default_str();
@@ -96,9 +173,32 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--threads", flags->options.threads, "Worker threads (0: all hardware threads)")->capture_default_str();
   cmd->add_option("--save-calibration", flags->options.save_calibration,
                   "Keep the out-of-sample calibration file the static modes used");
+  cmd->add_option("--modes", flags->modes,
+                  "Evaluate only these modes (comma-separated keys, e.g. nvfp4_368_dynamic,nvfp4_368_implicit); "
+                  "the bf16 reference is always included");
+  cmd->add_option("--sections", flags->sections, "Which parts to run: latent,attention,sweep,needle")->capture_default_str();
+  cmd->add_option("--context", flags->options.attention.context, "Attention: context tokens per layer the top-k is selected from")
+      ->capture_default_str();
+  cmd->add_option("--topk", flags->options.attention.topk, "Attention and needle: tokens each query attends over")
+      ->capture_default_str();
+  cmd->add_option("--query-rows", flags->options.attention.rows, "Attention: query rows per layer")->capture_default_str();
+  cmd->add_option("--heads", flags->options.attention.heads, "Attention: heads per query row")->capture_default_str();
+  cmd->add_option("--sweep-tokens", flags->options.sweep.tokens, "Magnitude sweep: tokens scaled to every magnitude")
+      ->capture_default_str();
+  cmd->add_option("--needle-layers", flags->needle_layers,
+                  "Needle: layers, comma-separated (default: shallowest, middle, deepest)");
+  cmd->add_option("--needle-lengths", flags->needle_lengths, "Needle: context lengths, e.g. 4k,16k,64k (default)");
+  cmd->add_option("--needle-depths", flags->needle_depths, "Needle: depths in percent, e.g. 0,50,100 (default 0,10,..,100)");
+  cmd->add_option("--device", flags->device, "Where attention runs: cpu, cuda or auto (auto uses CUDA when available)")
+      ->capture_default_str();
   cmd->add_option("--json", flags->json_path, "Write the full report (every number, per layer) as JSON");
+  cmd->add_option("--plot", flags->plot_dir, "Write PNG figures into this folder (created if missing)");
   cmd->add_flag("--no-progress", flags->no_progress, "Do not draw the progress bar on stderr");
   cmd->callback([flags] {
+    apply_flags(*flags);
+    if (!flags->plot_dir.empty() && !eval::plotting_available())
+      throw Error("--plot needs PNG support, which this build lacks: install cairo (libcairo2-dev, see "
+                  "scripts/install-deps.sh), then reconfigure and rebuild");
     ProgressBar bar(!flags->no_progress);
     const eval::EvalReport report =
         eval::run_evaluation(flags->options, [&bar](const std::string& stage, int64_t done, int64_t total) {
@@ -106,8 +206,11 @@ void add_eval_command(CLI::App& app) {
         });
     bar.done();
     if (!flags->json_path.empty()) write_text_file(flags->json_path, eval::report_to_json(report));
+    std::vector<std::filesystem::path> figures;
+    if (!flags->plot_dir.empty()) figures = eval::write_plots(report, flags->plot_dir);
     std::fputs(eval::report_to_text(report).c_str(), stdout);
     if (!flags->json_path.empty()) std::printf("  JSON report: %s\n", flags->json_path.c_str());
+    for (const auto& f : figures) std::printf("  figure: %s\n", f.string().c_str());
   });
 }
 

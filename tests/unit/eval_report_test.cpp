@@ -10,6 +10,8 @@
 
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/evaluation.h"
+#include "nvfp4mla/eval/plot.h"
+#include "support/eval_small.h"
 #include "support/temp_dir.h"
 
 using namespace nvfp4mla;
@@ -18,26 +20,11 @@ using nlohmann::json;
 
 namespace {
 
-// A small deterministic configuration: few layers spanning the same magnitudes, few tokens.
-EvalOptions small_options() {
-  EvalOptions o;
-  o.shape.num_layers = 6;
-  o.tokens_per_layer = 96;
-  o.calibration_tokens = 96;
-  o.threads = 2;
-  return o;
-}
+using nvfp4mla::testing::mode_of;
+using nvfp4mla::testing::small_eval_options;
 
-const EvalReport& small_report() {
-  static const EvalReport r = run_evaluation(small_options());
-  return r;
-}
-
-const ModeResult& mode(const EvalReport& r, const std::string& key) {
-  for (const auto& m : r.modes)
-    if (m.mode.key == key) return m;
-  throw std::runtime_error("no mode " + key);
-}
+const EvalReport& small_report() { return nvfp4mla::testing::small_eval_report(); }
+const ModeResult& mode(const EvalReport& r, const std::string& key) { return mode_of(r, key); }
 
 // JSON null stands for an infinite value.
 double number_or_inf(const json& j) { return j.is_null() ? std::numeric_limits<double>::infinity() : j.get<double>(); }
@@ -92,12 +79,18 @@ TEST(EvalReport, UnitScaleLosesTheShallowLayersAndCalibratedScalesDoNot) {
 }
 
 TEST(EvalReport, SameReportForAnyThreadCount) {
-  EvalOptions o = small_options();
+  EvalOptions o = small_eval_options();
   o.threads = 1;
+  o.needle.layers = {0};
   const EvalReport one = run_evaluation(o);
   for (size_t i = 0; i < one.modes.size(); ++i) {
     EXPECT_EQ(one.modes[i].latent_relative_error, small_report().modes[i].latent_relative_error);
     EXPECT_EQ(one.modes[i].group_scales_total.subnormal, small_report().modes[i].group_scales_total.subnormal);
+    EXPECT_EQ(one.modes[i].attention_kld, small_report().modes[i].attention_kld);
+    EXPECT_EQ(one.modes[i].sweep_relative_error, small_report().modes[i].sweep_relative_error);
+    ASSERT_FALSE(one.modes[i].needle.empty());
+    for (size_t c = 0; c < one.modes[i].needle[0].cells.size(); ++c)
+      EXPECT_EQ(one.modes[i].needle[0].cells[c].mass, small_report().modes[i].needle[0].cells[c].mass);
   }
 }
 
@@ -107,6 +100,13 @@ TEST(EvalReport, JsonCarriesEveryNumber) {
   EXPECT_EQ(doc.at("workload").at("seed").get<uint64_t>(), r.options.seed);
   EXPECT_EQ(doc.at("workload").at("layer_max_abs").get<std::vector<double>>(), r.layer_max_abs);
   EXPECT_EQ(doc.at("workload").at("calibration_max_abs").get<std::vector<double>>(), r.calibration_max_abs);
+  EXPECT_EQ(doc.at("workload").at("layer_rms").get<std::vector<double>>(), r.layer_rms);
+  EXPECT_EQ(doc.at("device").get<std::string>(), r.device);
+  EXPECT_EQ(doc.at("sweep").at("rms").get<std::vector<double>>(), r.sweep_rms);
+  EXPECT_EQ(doc.at("needle").at("layers").get<std::vector<int>>(), r.needle_layers);
+  EXPECT_EQ(doc.at("needle").at("lengths").get<std::vector<int64_t>>(), r.needle_lengths);
+  EXPECT_EQ(doc.at("needle").at("depths").get<std::vector<double>>(), r.needle_depths);
+  EXPECT_EQ(doc.at("attention").at("topk").get<int>(), r.options.attention.topk);
   ASSERT_EQ(doc.at("modes").size(), r.modes.size());
   for (size_t i = 0; i < r.modes.size(); ++i) {
     const json& j = doc.at("modes")[i];
@@ -124,6 +124,34 @@ TEST(EvalReport, JsonCarriesEveryNumber) {
     for (int l = 0; l < r.num_layers; ++l) {
       EXPECT_DOUBLE_EQ(pl.at("relative_error")[l].get<double>(), m.latent_relative_error[l]);
       EXPECT_DOUBLE_EQ(number_or_inf(pl.at("snr_db")[l]), m.latent_snr_db[l]);
+    }
+    expect_summary(j.at("attention").at("relative_error"), m.attention_relative_error_summary);
+    expect_summary(j.at("attention").at("kld"), m.attention_kld_summary);
+    for (int l = 0; l < r.num_layers; ++l) {
+      EXPECT_DOUBLE_EQ(j.at("attention").at("per_layer").at("relative_error")[l].get<double>(), m.attention_relative_error[l]);
+      EXPECT_DOUBLE_EQ(j.at("attention").at("per_layer").at("kld")[l].get<double>(), m.attention_kld[l]);
+    }
+    EXPECT_EQ(j.at("sweep").at("relative_error").get<std::vector<double>>(), m.sweep_relative_error);
+    EXPECT_EQ(j.at("sweep").at("lost_scale_fraction").get<std::vector<double>>(), m.sweep_lost_scale_fraction);
+    const json& n = j.at("needle");
+    EXPECT_EQ(n.at("total").get<int>(), m.needles_total);
+    EXPECT_EQ(n.at("kept").get<int>(), m.needles_kept);
+    EXPECT_EQ(n.at("lost_where_bf16_kept").get<int>(), m.needles_lost_where_reference_kept);
+    EXPECT_DOUBLE_EQ(n.at("mean_mass_ratio").get<double>(), m.needle_mean_mass_ratio);
+    EXPECT_DOUBLE_EQ(n.at("min_mass_ratio").get<double>(), m.needle_min_mass_ratio);
+    ASSERT_EQ(n.at("grids").size(), m.needle.size());
+    const size_t depths = r.needle_depths.size();
+    for (size_t g = 0; g < m.needle.size(); ++g) {
+      const json& grid = n.at("grids")[g];
+      EXPECT_EQ(grid.at("layer").get<int>(), m.needle[g].layer);
+      for (size_t li = 0; li < r.needle_lengths.size(); ++li)
+        for (size_t di = 0; di < depths; ++di) {
+          const NeedleCell& c = m.needle[g].cells[li * depths + di];
+          EXPECT_EQ(grid.at("kept")[li][di].get<bool>(), c.kept);
+          EXPECT_DOUBLE_EQ(grid.at("mass")[li][di].get<double>(), c.mass);
+          EXPECT_DOUBLE_EQ(grid.at("mass_ratio")[li][di].get<double>(), c.mass_ratio);
+          EXPECT_DOUBLE_EQ(grid.at("margin")[li][di].get<double>(), c.margin);
+        }
     }
     if (m.mode.is_nvfp4()) {
       const json& t = j.at("group_scales").at("total");
@@ -145,40 +173,102 @@ TEST(EvalReport, TableNamesEveryModeAndTheCapacityDefinition) {
 }
 
 TEST(EvalReport, InvalidOptionsAreErrors) {
-  EvalOptions o = small_options();
+  EvalOptions o = small_eval_options();
   o.tokens_per_layer = 0;
   EXPECT_THROW(run_evaluation(o), Error);
-  o = small_options();
+  o = small_eval_options();
   o.shape.num_layers = 0;
+  EXPECT_THROW(run_evaluation(o), Error);
+  o = small_eval_options();
+  o.needle.layers = {6};
+  EXPECT_THROW(run_evaluation(o), Error);
+  o = small_eval_options();
+  o.needle.depths = {1.5};
+  EXPECT_THROW(run_evaluation(o), Error);
+  o = small_eval_options();
+  o.modes = {"nvfp4_999"};
+  EXPECT_THROW(run_evaluation(o), Error);
+  o = small_eval_options();
+  o.attention.topk = 0;
   EXPECT_THROW(run_evaluation(o), Error);
 }
 
 #ifdef NVFP4MLA_CLI_PATH
-TEST(EvalCli, WritesJsonAndTable) {
+namespace {
+
+// Runs the CLI with `args`; returns the exit status and the combined output.
+int run_cli(const std::string& args, std::string& output) {
+  nvfp4mla::testing::TempDir dir;
+  const auto out_path = dir / "out.txt";
+  const std::string cmd = std::string(NVFP4MLA_CLI_PATH) + " " + args + " > " + out_path.string() + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::stringstream text;
+  text << std::ifstream(out_path).rdbuf();
+  output = text.str();
+  return status;
+}
+
+}  // namespace
+
+TEST(EvalCli, LatentOnlyWritesJsonAndTable) {
   nvfp4mla::testing::TempDir dir;
   const auto json_path = dir / "report.json";
-  const auto out_path = dir / "stdout.txt";
-  const std::string cmd = std::string(NVFP4MLA_CLI_PATH) + " eval --tokens-per-layer 16 --calibration-tokens 16 " +
-                          "--no-progress --json " + json_path.string() + " > " + out_path.string() + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::string out;
+  ASSERT_EQ(run_cli("eval --sections latent --tokens-per-layer 16 --calibration-tokens 16 --no-progress --json " +
+                        json_path.string(),
+                    out),
+            0)
+      << out;
   std::ifstream in(json_path);
   const json doc = json::parse(in);
   EXPECT_EQ(doc.at("modes").size(), 7u);
   EXPECT_EQ(doc.at("workload").at("tokens_per_layer").get<int>(), 16);
-  std::stringstream text;
-  text << std::ifstream(out_path).rdbuf();
-  EXPECT_NE(text.str().find("nvfp4-368 dynamic"), std::string::npos);
-  EXPECT_NE(text.str().find("2,787,068"), std::string::npos);  // 368-byte tokens in 80 GB, 78 layers
+  EXPECT_TRUE(doc.at("modes")[0].at("attention").is_null());
+  EXPECT_NE(out.find("nvfp4-368 dynamic"), std::string::npos);
+  EXPECT_NE(out.find("2,787,068"), std::string::npos);  // 368-byte tokens in 80 GB, 78 layers
 }
 
-TEST(EvalCli, BadFlagIsAClearError) {
+TEST(EvalCli, AllSectionsTinyRun) {
   nvfp4mla::testing::TempDir dir;
-  const auto out_path = dir / "out.txt";
-  const std::string cmd = std::string(NVFP4MLA_CLI_PATH) + " eval --tokens-per-layer 0 --no-progress > " +
-                          out_path.string() + " 2>&1";
-  EXPECT_NE(std::system(cmd.c_str()), 0);
-  std::stringstream text;
-  text << std::ifstream(out_path).rdbuf();
-  EXPECT_NE(text.str().find("--tokens-per-layer"), std::string::npos) << text.str();
+  std::string out;
+  const std::string plot = plotting_available() ? " --plot " + (dir / "figs").string() : "";
+  ASSERT_EQ(run_cli("eval --tokens-per-layer 8 --calibration-tokens 8 --context 256 --topk 64 --query-rows 1 "
+                    "--heads 2 --sweep-tokens 8 --needle-lengths 256 --needle-depths 0,100 --needle-layers 0,77 "
+                    "--modes nvfp4_368_dynamic --no-progress --json " +
+                        (dir / "r.json").string() + plot,
+                    out),
+            0)
+      << out;
+  const json doc = json::parse(std::ifstream(dir / "r.json"));
+  ASSERT_EQ(doc.at("modes").size(), 2u);  // bf16 reference + the requested mode
+  EXPECT_EQ(doc.at("needle").at("lengths")[0].get<int>(), 256);
+  EXPECT_EQ(doc.at("needle").at("depths")[1].get<double>(), 1.0);
+  EXPECT_NE(out.find("Needle retention"), std::string::npos);
+  if (plotting_available()) {
+    EXPECT_TRUE(std::filesystem::exists(dir / "figs" / "needle_layer77.png"));
+    EXPECT_TRUE(std::filesystem::exists(dir / "figs" / "per_layer_error.png"));
+  }
+}
+
+TEST(EvalCli, BadFlagsAreClearErrors) {
+  std::string out;
+  EXPECT_NE(run_cli("eval --tokens-per-layer 0 --no-progress", out), 0);
+  EXPECT_NE(out.find("--tokens-per-layer"), std::string::npos) << out;
+  EXPECT_NE(run_cli("eval --sections latent,bogus --no-progress", out), 0);
+  EXPECT_NE(out.find("unknown section 'bogus'"), std::string::npos) << out;
+  EXPECT_NE(run_cli("eval --device tpu --no-progress", out), 0);
+  EXPECT_NE(out.find("unknown device"), std::string::npos) << out;
+  EXPECT_NE(run_cli("eval --needle-lengths 4x --no-progress", out), 0);
+  EXPECT_NE(out.find("invalid context length"), std::string::npos) << out;
+  EXPECT_NE(run_cli("eval --modes nvfp4_999 --sections latent --tokens-per-layer 4 --no-progress", out), 0);
+  EXPECT_NE(out.find("unknown mode"), std::string::npos) << out;
+}
+
+TEST(EvalCli, CudaIsNeverFaked) {
+  std::string why;
+  if (cuda_attention_available(&why)) GTEST_SKIP() << "CUDA attention is available in this build";
+  std::string out;
+  EXPECT_NE(run_cli("eval --device cuda --sections attention --no-progress", out), 0);
+  EXPECT_NE(out.find("--device cuda is not available"), std::string::npos) << out;
 }
 #endif

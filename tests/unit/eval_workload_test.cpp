@@ -67,3 +67,15 @@ TEST(EvalWorkload, NormalDrawsHaveUnitVariance) {
   EXPECT_NEAR(s2 / n, 1.0, 0.02);
   EXPECT_NEAR(tail / double(n), 2.7e-3, 0.6e-3);  // P(|x| > 3) of a standard normal
 }
+
+TEST(EvalWorkload, BranchFreeBf16RoundingMatchesTheCodec) {
+  Rng r(stream_key(4, 5));
+  for (int i = 0; i < 1000000; ++i) {
+    uint32_t u = static_cast<uint32_t>(r.next());
+    if ((u & 0x7F800000u) == 0x7F800000u) continue;  // finite inputs only
+    const float x = codec::bits_float(u);
+    ASSERT_EQ(bf16_bits_finite(x), codec::bf16_encode_rn(x)) << std::hex << u;
+  }
+  for (uint32_t u : {0x3F808000u, 0x3F818000u, 0x7F7FFFFFu, 0x00008000u, 0x80018000u})  // ties, overflow, subnormals
+    EXPECT_EQ(bf16_bits_finite(codec::bits_float(u)), codec::bf16_encode_rn(codec::bits_float(u))) << std::hex << u;
+}

@@ -57,6 +57,11 @@ class Rng {
   double normal();
 
  private:
+  double normal_slow(int layer, int32_t hz);
+
+ public:
+
+ private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t state_[4];
 };
@@ -88,23 +93,28 @@ struct ZigguratTables {
       w[i] = dn / kScale;
     }
   }
-  static const ZigguratTables& get() {
-    static const ZigguratTables t;
-    return t;
-  }
 };
+
+// Built once at program start (no lazy-initialization check on every draw).
+inline const ZigguratTables kZiggurat{};
 
 }  // namespace detail
 
 inline double Rng::normal() {
-  const auto& z = detail::ZigguratTables::get();
+  // Fast path (about 99% of draws): the point lies in a layer's core rectangle.
+  const auto& z = detail::kZiggurat;
+  const uint64_t u = next();
+  const int i = static_cast<int>(u & (detail::ZigguratTables::kLayers - 1));
+  const int32_t hz = static_cast<int32_t>(static_cast<uint32_t>(u >> 32));
+  const uint32_t mag = hz < 0 ? static_cast<uint32_t>(-(static_cast<int64_t>(hz))) : static_cast<uint32_t>(hz);
+  if (mag < z.k[i]) return static_cast<double>(hz) * z.w[i];
+  return normal_slow(i, hz);
+}
+
+inline double Rng::normal_slow(int i, int32_t hz) {
+  const auto& z = detail::kZiggurat;
   for (;;) {
-    const uint64_t u = next();
-    const int i = static_cast<int>(u & (detail::ZigguratTables::kLayers - 1));
-    const int32_t hz = static_cast<int32_t>(static_cast<uint32_t>(u >> 32));
-    const uint32_t mag = hz < 0 ? static_cast<uint32_t>(-(static_cast<int64_t>(hz))) : static_cast<uint32_t>(hz);
     const double x = static_cast<double>(hz) * z.w[i];
-    if (mag < z.k[i]) return x;
     if (i == 0) {
       // Base layer: sample the tail beyond kTail.
       double tx, ty;
@@ -119,6 +129,12 @@ inline double Rng::normal() {
     }
     // Wedge between the core rectangle and the curve: accept under the density.
     if (z.f[i] + uniform() * (z.f[i - 1] - z.f[i]) < std::exp(-0.5 * x * x)) return x;
+    // Rejected: a fresh draw.
+    const uint64_t u = next();
+    i = static_cast<int>(u & (detail::ZigguratTables::kLayers - 1));
+    hz = static_cast<int32_t>(static_cast<uint32_t>(u >> 32));
+    const uint32_t mag = hz < 0 ? static_cast<uint32_t>(-(static_cast<int64_t>(hz))) : static_cast<uint32_t>(hz);
+    if (mag < z.k[i]) return static_cast<double>(hz) * z.w[i];
   }
 }
 

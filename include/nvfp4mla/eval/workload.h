@@ -41,6 +41,10 @@ enum class Sample : uint64_t {
   queries = 6,
 };
 
+// BF16 bits of a finite fp32 value, round to nearest even (branch-free; equals
+// codec::bf16_encode_rn for every finite input). The generator rounds every value with it.
+uint16_t bf16_bits_finite(float x);
+
 // Tokens as a cache writer receives them: BF16 latent and post-RoPE key.
 struct TokenBlock {
   int64_t count = 0;

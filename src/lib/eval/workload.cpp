@@ -22,6 +22,11 @@ constexpr double kTypicalPeak = 6.5;
 
 }  // namespace
 
+uint16_t bf16_bits_finite(float x) {
+  const uint32_t u = codec::float_bits(x);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
 float TokenBlock::max_abs_kv_c() const {
   float m = 0.0f;
   for (uint16_t b : kv_c) m = std::max(m, std::fabs(codec::bf16_decode(b)));
@@ -79,10 +84,10 @@ void SyntheticWorkload::make_token(int layer, const double* z, double magnitude,
   const Layer& L = layers_.at(static_cast<size_t>(layer));
   const double a = L.value_scale * magnitude;
   for (int c = 0; c < kLatentDim; ++c)
-    kv_c[c] = codec::bf16_encode_rn(static_cast<float>(a * L.channel_scale[static_cast<size_t>(c)] * z[c]));
+    kv_c[c] = bf16_bits_finite(static_cast<float>(a * L.channel_scale[static_cast<size_t>(c)] * z[c]));
   double rotated[kRopeDim];
   apply_rope(rope_base, position, rotated);
-  for (int i = 0; i < kRopeDim; ++i) k_pe[i] = codec::bf16_encode_rn(static_cast<float>(L.rope_scale * rotated[i]));
+  for (int i = 0; i < kRopeDim; ++i) k_pe[i] = bf16_bits_finite(static_cast<float>(L.rope_scale * rotated[i]));
 }
 
 TokenBlock SyntheticWorkload::tokens(int layer, Sample sample, uint64_t index, int64_t first_position, int64_t count,
@@ -104,11 +109,11 @@ TokenBlock SyntheticWorkload::tokens(int layer, Sample sample, uint64_t index, i
     b.magnitude[static_cast<size_t>(t)] = static_cast<float>(mag);
     uint16_t* kv = b.kv_c.data() + t * kLatentDim;
     for (int c = 0; c < kLatentDim; ++c)
-      kv[c] = codec::bf16_encode_rn(static_cast<float>(a * mag * L.channel_scale[static_cast<size_t>(c)] * rng.normal()));
+      kv[c] = bf16_bits_finite(static_cast<float>(a * mag * L.channel_scale[static_cast<size_t>(c)] * rng.normal()));
     for (double& v : base) v = rng.normal();
     apply_rope(base, first_position + t, rotated);
     uint16_t* pe = b.k_pe.data() + t * kRopeDim;
-    for (int i = 0; i < kRopeDim; ++i) pe[i] = codec::bf16_encode_rn(static_cast<float>(L.rope_scale * rotated[i]));
+    for (int i = 0; i < kRopeDim; ++i) pe[i] = bf16_bits_finite(static_cast<float>(L.rope_scale * rotated[i]));
   }
   return b;
 }
