@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -80,7 +81,7 @@ struct EvalFlags {
   eval::EvalOptions options;
   std::string json_path;
   std::string plot_dir;
-  std::string device = "cpu";
+  std::string device = "auto";
   std::string sections = "latent,attention,sweep,needle";
   std::string needle_layers, needle_lengths, needle_depths, modes;
   bool no_progress = false;
@@ -143,8 +144,11 @@ void apply_flags(EvalFlags& f) {
   o.modes = split_list(f.modes);
   if (!f.needle_layers.empty()) {
     o.needle.layers.clear();
-    for (const std::string& s : split_list(f.needle_layers))
-      o.needle.layers.push_back(static_cast<int>(parse_number(s, "needle layer")));
+    for (const std::string& s : split_list(f.needle_layers)) {
+      const double layer = parse_number(s, "needle layer");
+      if (layer != std::floor(layer) || layer < 0 || layer > 1e6) throw Error("invalid needle layer '" + s + "': use a layer index");
+      o.needle.layers.push_back(static_cast<int>(layer));
+    }
   }
   if (!f.needle_lengths.empty()) {
     o.needle.lengths.clear();
@@ -174,8 +178,9 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--save-calibration", flags->options.save_calibration,
                   "Keep the out-of-sample calibration file the static modes used");
   cmd->add_option("--modes", flags->modes,
-                  "Evaluate only these modes (comma-separated keys, e.g. nvfp4_368_dynamic,nvfp4_368_implicit); "
-                  "the bf16 reference is always included");
+                  "Evaluate only these modes, comma-separated: fp8_ds_mla_656, nvfp4_432_implicit, nvfp4_432_static, "
+                  "nvfp4_368_implicit, nvfp4_368_static, nvfp4_368_dynamic (default: all); the bf16_1152 reference is "
+                  "always included");
   cmd->add_option("--sections", flags->sections, "Which parts to run: latent,attention,sweep,needle")->capture_default_str();
   cmd->add_option("--context", flags->options.attention.context, "Attention: context tokens per layer the top-k is selected from")
       ->capture_default_str();
@@ -186,7 +191,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--sweep-tokens", flags->options.sweep.tokens, "Magnitude sweep: tokens scaled to every magnitude")
       ->capture_default_str();
   cmd->add_option("--needle-layers", flags->needle_layers,
-                  "Needle: layers, comma-separated (default: shallowest, middle, deepest)");
+                  "Needle: layers, comma-separated (default: first, quartiles, last: 0,19,39,58,77)");
   cmd->add_option("--needle-lengths", flags->needle_lengths, "Needle: context lengths, e.g. 4k,16k,64k (default)");
   cmd->add_option("--needle-depths", flags->needle_depths, "Needle: depths in percent, e.g. 0,50,100 (default 0,10,..,100)");
   cmd->add_option("--device", flags->device, "Where attention runs: cpu, cuda or auto (auto uses CUDA when available)")

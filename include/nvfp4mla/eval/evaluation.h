@@ -75,7 +75,7 @@ struct EvalOptions {
   // Which modes to evaluate, by key ("nvfp4_368_dynamic") or label ("nvfp4-368 dynamic"); empty:
   // all. The bf16 reference is always included (everything is measured against it).
   std::vector<std::string> modes;
-  Device device = Device::cpu;
+  Device device = Device::automatic;  // auto: CUDA when its attention kernel is available
   int threads = 0;                    // 0: all hardware threads
   std::filesystem::path save_calibration;  // where to keep the calibration file (optional)
 };

@@ -57,11 +57,7 @@ class Rng {
   double normal();
 
  private:
-  double normal_slow(int layer, int32_t hz);
-
- public:
-
- private:
+  double normal_slow(int layer, int32_t hz);  // the rare draws outside a layer's core
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t state_[4];
 };

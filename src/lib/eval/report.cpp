@@ -324,7 +324,7 @@ std::string report_to_text(const EvalReport& r) {
   append_sweep_text(r, s);
   append_needle_text(r, s);
   line("");
-  line("  attention ran on: " + r.device);
+  if (r.options.attention.enabled || r.options.needle.enabled) line("  attention ran on: " + r.device);
   if (!r.calibration_file.empty()) line("  calibration written to " + r.calibration_file.string());
   line(printf_string("  (%.1f s)", r.seconds));
   return s;
