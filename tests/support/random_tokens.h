@@ -19,7 +19,7 @@ struct TokenSet {
 };
 
 inline TokenSet random_tokens(int64_t n, uint64_t seed, double log10_min = -6, double log10_max = 4,
-                              bool non_finite = false) {
+                              bool non_finite = false, bool outliers = true) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> mag(log10_min, log10_max), u(0, 1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -32,7 +32,7 @@ inline TokenSet random_tokens(int64_t n, uint64_t seed, double log10_min = -6, d
     const double kind = u(rng);
     for (int d = 0; d < kLatentDim; ++d) {
       float v = normal(rng) * scale;
-      if (d % 97 == 5) v *= 20.0f;           // channel outliers
+      if (outliers && d % 97 == 5) v *= 20.0f;  // channel outliers
       if (kind < 0.02) v = 0.0f;              // an all-zero token
       if (non_finite && u(rng) < 0.002) {
         const double w = u(rng);
