@@ -2,6 +2,7 @@
 // A random sparse-attention problem over a cache of records: NaN-poisoned unused slots, a
 // random slot layout (as a random page permutation gives), invalid indices of every kind,
 // duplicates, per-row lengths and empty rows. Shared by the GPU suites and benchmarks.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <random>

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 
 #include "device/cuda_check.h"
@@ -45,6 +46,7 @@ struct DecodeParams {
   float scale_log2;  // sm_scale * log2(e)
   float layer_scale;
   bool lse_base2;
+  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV; results are garbage
   __nv_bfloat16* out;   // final output when splits == 1
   float* lse;
   float* part_out;      // [rows, heads, splits, 512] when splits > 1
@@ -63,6 +65,8 @@ struct DecodeSmem {
                           tok_off = raw_off + raw_bytes, total = tok_off + tok_bytes;
 };
 
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
 __device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
   if (!p.topk_length) return p.topk;
   const int n = p.topk_length[row];
@@ -70,25 +74,22 @@ __device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
 }
 
 // Slot of top-k position `pos` of `row`, or -1 when the entry is masked.
-__device__ __forceinline__ int64_t entry_slot(const DecodeParams& p, int row, int len, int pos) {
+__device__ __forceinline__ int32_t entry_slot(const DecodeParams& p, int row, int len, int pos) {
   if (pos >= len) return -1;
   const int32_t idx = p.indices[static_cast<int64_t>(row) * p.topk + pos];
   return (idx >= 0 && idx < p.capacity) ? idx : -1;
 }
 
-// Start the asynchronous copy of a tile's raw records (into the raw buffer, or straight into
-// the K tile for bf16 records) and publish the tile's slots.
+// Start the asynchronous copy of a tile's raw records whose slots are in `tok` (into the raw
+// buffer, or straight into the K tile for bf16 records).
 template <class F>
-__device__ __forceinline__ void issue_tile(const DecodeParams& p, int row, int len, int tile, uint8_t* raw,
-                                           int32_t* tok) {
+__device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_t* tok, uint8_t* raw) {
   constexpr int chunks = F::kRecordBytes / 16;
-  const int base = tile * kTile;
-  if (threadIdx.x < kTile) tok[threadIdx.x] = static_cast<int32_t>(entry_slot(p, row, len, base + threadIdx.x));
   for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
     const int t = c / chunks, ch = c % chunks;
-    const int64_t slot = entry_slot(p, row, len, base + t);
+    const int32_t slot = tok[t];
     if (slot < 0) continue;
-    const uint8_t* src = p.cache + slot * F::kRecordBytes + 16 * ch;
+    const uint8_t* src = p.cache + static_cast<int64_t>(slot) * F::kRecordBytes + 16 * ch;
     uint8_t* dst = F::kRawIsKRow ? raw + (size_t(t) * kRowStride * 2 + 16 * ch) : raw + (size_t(t) * F::kRecordBytes + 16 * ch);
     ptx::cp_async_16(dst, src);
   }
@@ -130,7 +131,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
     if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
     *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
   }
-  if (tile_begin < tile_end) issue_tile<F>(p, row, len, tile_begin, sRaw, sTok + (tile_begin & 1) * kTile);
+  // Slots travel one tile ahead in a register of the first 64 threads (their index loads
+  // overlap a whole tile of work) and are published in sTok one tile before their copies.
+  int32_t next_slot = -1;
+  if (tid < kTile && tile_begin < tile_end) {
+    sTok[(tile_begin & 1) * kTile + tid] = entry_slot(p, row, len, tile_begin * kTile + tid);
+    if (tile_begin + 1 < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + 1) * kTile + tid);
+  }
+  __syncthreads();
+  if (tile_begin < tile_end) issue_copies<F>(p, sTok + (tile_begin & 1) * kTile, sRaw);
 
   float o[NT_O][4];
 #pragma unroll
@@ -141,11 +150,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
     const int32_t* tok = sTok + (tile & 1) * kTile;
     ptx::cp_async_wait_all();
     __syncthreads();
+    if (tid < kTile && tile + 1 < tile_end) {
+      sTok[((tile + 1) & 1) * kTile + tid] = next_slot;
+      next_slot = tile + 2 < tile_end ? entry_slot(p, row, len, (tile + 2) * kTile + tid) : -1;
+    }
     // 1. Dequantize into the K tile; masked entries become zero rows.
     for (int u = tid; u < kTile * kUnitsPerRow; u += kThreads) {
       const int t = u / kUnitsPerRow, k = u % kUnitsPerRow;
       __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
-      if (tok[t] < 0) {
+      if (p.debug_skip & 1) {
+        if (t == 0) store_16_zero(dst);
+      } else if (tok[t] < 0) {
         store_16_zero(dst);
       } else if constexpr (!F::kRawIsKRow) {
         dequant_unit<F>(sRaw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
@@ -153,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
     }
     __syncthreads();
     if constexpr (!F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_tile<F>(p, row, len, tile + 1, sRaw, sTok + ((tile + 1) & 1) * kTile);
+      if (tile + 1 < tile_end) issue_copies<F>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
     }
 
     // 2. Scores of this warp's columns.
@@ -163,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
     const __nv_bfloat16* q_base = sQ + (hb * 16 + (lane & 15)) * kRowStride + (lane >> 4) * 8;
     const int col0 = part * TPW;
 #pragma unroll 4
-    for (int kk = 0; kk < kQkDim / 16; ++kk) {
+    for (int kk = 0; kk < ((p.debug_skip & 2) ? 0 : kQkDim / 16); ++kk) {
       uint32_t a[4];
       ptx::ldmatrix_x4(a, q_base + kk * 16);
       if constexpr (NT_S == 1) {
@@ -216,8 +231,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < kTile / 8; ++j) {
-        s[j][2 * r] = exp2f(s[j][2 * r] - m_use);
-        s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - m_use);
+        // Round to BF16 here, so the normalizer sums exactly the weights the PV product uses.
+        s[j][2 * r] = round_bf16(exp2f(s[j][2 * r] - m_use));
+        s[j][2 * r + 1] = round_bf16(exp2f(s[j][2 * r + 1] - m_use));
         sum += s[j][2 * r] + s[j][2 * r + 1];
       }
       l_run[r] = l_run[r] * alpha + sum;
@@ -232,6 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
     const int dim0 = part * DPW;
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {
+      if (p.debug_skip & 4) break;
       const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
                              ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                              ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
@@ -246,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
     }
     __syncthreads();
     if constexpr (F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_tile<F>(p, row, len, tile + 1, sRaw, sTok + ((tile + 1) & 1) * kTile);
+      if (tile + 1 < tile_end) issue_copies<F>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
     }
   }
 
@@ -414,6 +431,11 @@ void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
   p.scale_log2 = a.sm_scale * kLog2e;
   p.layer_scale = a.layer_scale;
   p.lse_base2 = a.lse_base == LseBase::base2;
+  static const int debug_skip = [] {
+    const char* e = std::getenv("NVFP4MLA_DEBUG_SKIP");
+    return e ? std::atoi(e) : 0;
+  }();
+  p.debug_skip = debug_skip;
   p.out = reinterpret_cast<__nv_bfloat16*>(out);
   p.lse = lse;
   if (plan.splits > 1) {
