@@ -80,7 +80,7 @@ std::vector<float> row_value_scale(const AttentionProblem& p) {
   return scale;
 }
 
-// Compare with the fp64 reference; returns the number of failures (reports the first few).
+// Compare with the fp64 reference on the kernel's BF16 operands; returns the number of failures (reports the first few).
 // Per (row, head): cosine difference <= 5e-6 (FlashMLA's criterion); an empty row must give
 // exactly 0. Per element: |d| <= 1e-3 + 2/128 |ref| + vmax/256, where vmax/256 bounds what
 // BF16 probabilities (relative error 2^-9 per weight) can move a weighted mean of values of
@@ -89,7 +89,7 @@ int64_t compare(const AttentionProblem& p, const GpuResult& g, LseBase base = Ls
   std::vector<float> ref_out(static_cast<size_t>(p.rows) * p.heads * kLatentDim), ref_lse(static_cast<size_t>(p.rows) * p.heads);
   SparseMlaArgs a = p.host_args();
   a.lse_base = base;
-  sparse_mla_reference(p.spec, a, ref_out.data(), ref_lse.data());
+  sparse_mla_reference(p.spec, a, ref_out.data(), ref_lse.data(), {.bf16_operands = true});
   int64_t bad = 0;
   const std::vector<float> vscale = row_value_scale(p);
   for (int rh = 0; rh < p.rows * p.heads; ++rh) {

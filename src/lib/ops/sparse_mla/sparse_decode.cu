@@ -27,8 +27,9 @@
 namespace nvfp4mla::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+// Warps per CTA for a head group: 64-head tiles use 16 warps (each 16 heads x 128 output
+// dims, 64 accumulator registers), smaller tiles 8 warps.
+template <int NB> constexpr int warps_for() { return NB == 4 ? 16 : 8; }
 constexpr int kTile = 64;                 // top-k entries per KV tile
 constexpr int kRowStride = kQkDim + 8;    // BF16 elements per Q/K smem row (pad: no bank conflicts)
 constexpr int kScoreStride = kTile + 8;   // floats per score row in smem
@@ -82,7 +83,7 @@ __device__ __forceinline__ int32_t entry_slot(const DecodeParams& p, int row, in
 
 // Start the asynchronous copy of a tile's raw records whose slots are in `tok` (into the raw
 // buffer, or straight into the K tile for bf16 records).
-template <class F>
+template <class F, int kThreads>
 __device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_t* tok, uint8_t* raw) {
   constexpr int chunks = F::kRecordBytes / 16;
   for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
@@ -97,7 +98,9 @@ __device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_
 }
 
 template <int NB, class F>
-__global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(32 * warps_for<NB>(), 1) sparse_decode_kernel(const DecodeParams p) {
+  constexpr int kWarps = warps_for<NB>();
+  constexpr int kThreads = 32 * kWarps;
   using Smem = DecodeSmem<NB, F>;
   constexpr int HG = Smem::HG;
   constexpr int PARTS = kWarps / NB;
@@ -139,12 +142,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
     if (tile_begin + 1 < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + 1) * kTile + tid);
   }
   __syncthreads();
-  if (tile_begin < tile_end) issue_copies<F>(p, sTok + (tile_begin & 1) * kTile, sRaw);
+  if (tile_begin < tile_end) issue_copies<F, kThreads>(p, sTok + (tile_begin & 1) * kTile, sRaw);
 
   float o[NT_O][4];
 #pragma unroll
   for (int i = 0; i < NT_O; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  // l_run sums the fp32 weights (for the LSE); l_out sums the BF16-rounded weights the PV
+  // product actually uses (for normalizing the output).
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, l_out[2] = {0.0f, 0.0f};
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int32_t* tok = sTok + (tile & 1) * kTile;
@@ -154,9 +159,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
       sTok[((tile + 1) & 1) * kTile + tid] = next_slot;
       next_slot = tile + 2 < tile_end ? entry_slot(p, row, len, (tile + 2) * kTile + tid) : -1;
     }
-    // 1. Dequantize into the K tile; masked entries become zero rows.
-    for (int u = tid; u < kTile * kUnitsPerRow; u += kThreads) {
-      const int t = u / kUnitsPerRow, k = u % kUnitsPerRow;
+    // 1. Dequantize into the K tile; masked entries become zero rows. Latent groups and RoPE
+    //    chunks run in separate loops so that no warp diverges between the two paths.
+    for (int u = tid; u < kTile * kLatentUnits; u += kThreads) {
+      const int t = u / kLatentUnits, k = u % kLatentUnits;
       __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
       if (p.debug_skip & 1) {
         if (t == 0) store_16_zero(dst);
@@ -166,9 +172,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
         dequant_unit<F>(sRaw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
       }
     }
+    constexpr int kRopeUnits = kUnitsPerRow - kLatentUnits;
+    for (int u = tid; u < kTile * kRopeUnits; u += kThreads) {
+      const int t = u / kRopeUnits, k = kLatentUnits + u % kRopeUnits;
+      __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
+      if (tok[t] < 0) {
+        store_16_zero(dst);
+      } else if constexpr (!F::kRawIsKRow) {
+        dequant_unit<F>(sRaw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      }
+    }
     __syncthreads();
     if constexpr (!F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_copies<F>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
+      if (tile + 1 < tile_end) issue_copies<F, kThreads>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
     }
 
     // 2. Scores of this warp's columns.
@@ -228,15 +244,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       const float alpha = exp2f(m_run[r] - m_use);
       m_run[r] = m_new;
-      float sum = 0.0f;
+      float sum = 0.0f, sum_rounded = 0.0f;
 #pragma unroll
       for (int j = 0; j < kTile / 8; ++j) {
-        // Round to BF16 here, so the normalizer sums exactly the weights the PV product uses.
-        s[j][2 * r] = round_bf16(exp2f(s[j][2 * r] - m_use));
-        s[j][2 * r + 1] = round_bf16(exp2f(s[j][2 * r + 1] - m_use));
-        sum += s[j][2 * r] + s[j][2 * r + 1];
+        const float e0 = exp2f(s[j][2 * r] - m_use), e1 = exp2f(s[j][2 * r + 1] - m_use);
+        s[j][2 * r] = round_bf16(e0);
+        s[j][2 * r + 1] = round_bf16(e1);
+        sum += e0 + e1;
+        sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
       }
       l_run[r] = l_run[r] * alpha + sum;
+      l_out[r] = l_out[r] * alpha + sum_rounded;
 #pragma unroll
       for (int i = 0; i < NT_O; ++i) {
         o[i][2 * r] *= alpha;
@@ -263,19 +281,21 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_kernel(const Decode
     }
     __syncthreads();
     if constexpr (F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_copies<F>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
+      if (tile + 1 < tile_end) issue_copies<F, kThreads>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
     }
   }
 
   // Epilogue: normalize, write the final output or this split's partial.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
+    float l = l_run[r], lo = l_out[r];
     l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
     l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 1);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 2);
     const int h = hb * 16 + g + 8 * r;
     if (h >= heads_here) continue;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = lo > 0.0f ? 1.0f / lo : 0.0f;
     const float lse2 = l > 0.0f ? m_run[r] + log2f(l) : -INFINITY;
     const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
     if (p.splits == 1) {
@@ -350,7 +370,7 @@ void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_
           "sparse decode: shared memory opt-in");
   });
   const dim3 grid(rows, head_groups, p.splits);
-  sparse_decode_kernel<NB, F><<<grid, kThreads, Smem::total, stream>>>(p);
+  sparse_decode_kernel<NB, F><<<grid, 32 * warps_for<NB>(), Smem::total, stream>>>(p);
   check_launch("sparse decode kernel launch");
 }
 
