@@ -1,0 +1,49 @@
+#pragma once
+// Sparse MLA attention over a cache of records (DeepSeek Sparse Attention), FlashMLA-style
+// semantics:
+//   q [rows, heads, 576] BF16 (512 latent + 64 RoPE; each row one query token),
+//   indices [rows, topk] int32 slot ids (page * page_size + offset),
+//   optional topk_length [rows] (entries at positions >= length are ignored).
+//   K of a slot = dequantized latent (512) ++ dequantized RoPE (64); V = dequantized latent.
+//   s = sm_scale * q.K over valid entries; out = softmax(s) V; lse = ln(sum exp(s))
+//   (or log2 on request).
+// An index is invalid when it is negative or >= capacity: it is masked and its record is
+// never read. Duplicates count once per occurrence. A row with no valid entry gives out = 0
+// and lse = -inf.
+#include <cstdint>
+
+#include "nvfp4mla/format.h"
+
+namespace nvfp4mla {
+
+enum class LseBase : uint8_t { natural = 0, base2 = 1 };
+
+struct SparseMlaArgs {
+  const uint16_t* q = nullptr;           // [rows, heads, 576] BF16 bits
+  int rows = 0;
+  int heads = 0;
+  const uint8_t* cache = nullptr;        // [capacity, record_bytes] (pages flattened)
+  int64_t capacity = 0;                  // number of slots
+  const int32_t* indices = nullptr;      // [rows, topk]
+  int topk = 0;
+  const int32_t* topk_length = nullptr;  // [rows] or null
+  float sm_scale = 0.0f;
+  float layer_scale = 1.0f;              // static mode outer scale (FormatConfig::layer_scale())
+  LseBase lse_base = LseBase::natural;
+};
+
+// True when index position `pos` of a row is attended.
+inline bool sparse_entry_valid(const SparseMlaArgs& a, int row, int pos) {
+  if (a.topk_length && pos >= a.topk_length[row]) return false;
+  const int32_t idx = a.indices[static_cast<int64_t>(row) * a.topk + pos];
+  return idx >= 0 && idx < a.capacity;
+}
+
+// CPU reference (fp64 accumulation over the dequantized records): out fp32 [rows, heads, 512],
+// lse fp32 [rows, heads]. Throws Error for inconsistent arguments.
+void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& args, float* out, float* lse);
+
+// Checks shapes and pointers shared by every implementation; throws Error.
+void validate_sparse_mla_args(const RecordSpec& spec, const SparseMlaArgs& args);
+
+}  // namespace nvfp4mla

@@ -1,0 +1,97 @@
+// CPU reference for sparse MLA attention: dequantize through the format module, accumulate
+// in fp64. Rows are independent and are spread over the available hardware threads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "nvfp4mla/codec.h"
+#include "nvfp4mla/error.h"
+#include "nvfp4mla/record.h"
+#include "nvfp4mla/sparse_mla.h"
+
+namespace nvfp4mla {
+
+void validate_sparse_mla_args(const RecordSpec& spec, const SparseMlaArgs& a) {
+  if (a.rows < 0 || a.heads <= 0) throw Error("sparse MLA: rows must be >= 0 and heads > 0");
+  if (a.topk <= 0) throw Error("sparse MLA: topk must be positive");
+  if (a.capacity < 0) throw Error("sparse MLA: negative cache capacity");
+  if (a.rows > 0 && (!a.q || !a.indices)) throw Error("sparse MLA: q and indices are required");
+  if (a.capacity > 0 && !a.cache) throw Error("sparse MLA: cache pointer is null");
+  if (!std::isfinite(a.sm_scale)) throw Error("sparse MLA: sm_scale must be finite");
+  if (spec.scale_mode == ScaleMode::static_calibrated && !(std::isfinite(a.layer_scale) && a.layer_scale > 0.0f))
+    throw Error("sparse MLA: static scale mode needs a finite positive layer scale");
+}
+
+namespace {
+
+void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, int row, float* out, float* lse,
+                std::vector<float>& k_buf, std::vector<double>& scores, std::vector<double>& acc) {
+  const int rb = spec.record_bytes();
+  // Dequantize the row's valid entries once; all heads share them.
+  std::vector<int> valid;
+  for (int p = 0; p < a.topk; ++p)
+    if (sparse_entry_valid(a, row, p)) valid.push_back(p);
+  const size_t n = valid.size();
+  k_buf.resize(n * kQkDim);
+  for (size_t j = 0; j < n; ++j) {
+    const int64_t slot = a.indices[static_cast<int64_t>(row) * a.topk + valid[j]];
+    float* k = &k_buf[j * kQkDim];
+    record::decode(spec, a.cache + slot * rb, a.layer_scale, k, k + kLatentDim);
+  }
+  scores.resize(n);
+  acc.resize(kLatentDim);
+  for (int h = 0; h < a.heads; ++h) {
+    const uint16_t* q = a.q + (static_cast<int64_t>(row) * a.heads + h) * kQkDim;
+    float* o = out + (static_cast<int64_t>(row) * a.heads + h) * kLatentDim;
+    float& l = lse[static_cast<int64_t>(row) * a.heads + h];
+    if (n == 0) {
+      std::fill(o, o + kLatentDim, 0.0f);
+      l = -std::numeric_limits<float>::infinity();
+      continue;
+    }
+    double qf[kQkDim];
+    for (int d = 0; d < kQkDim; ++d) qf[d] = codec::bf16_decode(q[d]);
+    double m = -std::numeric_limits<double>::infinity();
+    for (size_t j = 0; j < n; ++j) {
+      const float* k = &k_buf[j * kQkDim];
+      double dot = 0;
+      for (int d = 0; d < kQkDim; ++d) dot += qf[d] * k[d];
+      scores[j] = static_cast<double>(a.sm_scale) * dot;
+      m = std::max(m, scores[j]);
+    }
+    double sum = 0;
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (size_t j = 0; j < n; ++j) {
+      const double p = std::exp(scores[j] - m);
+      sum += p;
+      const float* v = &k_buf[j * kQkDim];
+      for (int d = 0; d < kLatentDim; ++d) acc[d] += p * v[d];
+    }
+    for (int d = 0; d < kLatentDim; ++d) o[d] = static_cast<float>(acc[d] / sum);
+    const double ln = m + std::log(sum);
+    l = static_cast<float>(a.lse_base == LseBase::base2 ? ln / std::log(2.0) : ln);
+  }
+}
+
+}  // namespace
+
+void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& a, float* out, float* lse) {
+  validate_sparse_mla_args(spec, a);
+  const int threads = std::max(1, std::min<int>(a.rows, static_cast<int>(std::thread::hardware_concurrency())));
+  auto work = [&](int t) {
+    std::vector<float> k_buf;
+    std::vector<double> scores, acc;
+    for (int r = t; r < a.rows; r += threads) attend_row(spec, a, r, out, lse, k_buf, scores, acc);
+  };
+  if (threads <= 1) {
+    work(0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace nvfp4mla
