@@ -23,6 +23,15 @@ namespace {
 // Metadata keys the encoder writes so that a reader can tell how the records were written.
 constexpr const char* kMetaIdentity = "nvfp4mla.identity";
 constexpr const char* kMetaDescription = "nvfp4mla.format";
+// Static mode: the layer's outer scale. The identity names only the calibration file, not the
+// layer, so this catches records decoded with another layer's scale.
+constexpr const char* kMetaOuterScale = "nvfp4mla.outer_scale";
+
+std::string exact_float(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);  // 9 significant digits round-trip any fp32
+  return buf;
+}
 
 constexpr int kDefaultInspectCount = 4;
 constexpr int kValuesShownAtEachEnd = 4;
@@ -83,6 +92,12 @@ RecordRows require_records(TensorMap& m, const std::string& origin, const Format
   if (written_as != metadata.end() && reading_as && written_as->second != *reading_as)
     throw Error(origin + ": records were written as " + written_as->second + " but the configuration reads " +
                 *reading_as + "; pass the format flags the records were written with");
+  const auto written_scale = metadata.find(kMetaOuterScale);
+  if (written_scale != metadata.end() && cfg.scale_mode() == ScaleMode::static_calibrated &&
+      written_scale->second != exact_float(cfg.layer_scale()))
+    throw Error(origin + ": records were written with the static outer scale " + written_scale->second +
+                " but the configuration reads them with " + exact_float(cfg.layer_scale()) +
+                "; pass the --layer (or --layer-scale) the records were written with");
   return {m.at("records").data.data(), t.numel() / width};
 }
 
@@ -94,7 +109,7 @@ void decode_records(const FormatConfig& cfg, const RecordRows& rows, float* kv_c
 
 Tensor f32_tensor(std::vector<int64_t> shape, const std::vector<float>& values) {
   Tensor t = Tensor::zeros(DType::F32, std::move(shape));
-  std::memcpy(t.data.data(), values.data(), t.data.size());
+  if (!t.data.empty()) std::memcpy(t.data.data(), values.data(), t.data.size());
   return t;
 }
 
@@ -122,6 +137,7 @@ void add_encode(CLI::App& app) {
     }
     MetadataMap meta{{kMetaDescription, cfg.describe()}};
     if (auto id = identity_if_any(cfg)) meta[kMetaIdentity] = *id;
+    if (cfg.scale_mode() == ScaleMode::static_calibrated) meta[kMetaOuterScale] = exact_float(cfg.layer_scale());
     write_safetensors(args->output, {{"records", std::move(records)}}, meta);
     std::printf("encoded %lld tokens into %d-byte records (%s) -> %s\n", static_cast<long long>(tokens.count),
                 cfg.record_bytes(), cfg.describe().c_str(), args->output.c_str());

@@ -348,7 +348,9 @@ std::vector<float> to_f32(const Tensor& t, const std::string& name, const std::s
   const size_t n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);
   switch (t.dtype) {
-    case DType::F32: std::memcpy(out.data(), t.data.data(), n * sizeof(float)); break;
+    case DType::F32:
+      if (n > 0) std::memcpy(out.data(), t.data.data(), n * sizeof(float));
+      break;
     case DType::F16:
       for (size_t i = 0; i < n; ++i) out[i] = codec::fp16_decode(t.as<uint16_t>()[i]);
       break;
