@@ -75,7 +75,7 @@ void expect_cli_error(const TempDir& dir, const std::string& args, const std::st
 }
 
 using Tokens = nvfp4mla::testing::Bf16Tokens;
-using nvfp4mla::testing::random_bf16_tokens;
+using nvfp4mla::testing::as_bf16_inputs;
 
 template <class T>
 Tensor tensor_of(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
@@ -127,7 +127,7 @@ std::vector<FormatCase> format_cases(const TempDir& dir) {
 
 TEST(CliFormat, EncodeDecodeRoundTripEveryFormat) {
   TempDir dir;
-  const Tokens tokens = random_bf16_tokens(12, 11);
+  const Tokens tokens = as_bf16_inputs(nvfp4mla::testing::random_tokens(12, 11, -6, 4, /*non_finite=*/true));
   write_tokens(dir / "in.safetensors", tokens);
   for (const FormatCase& c : format_cases(dir)) {
     SCOPED_TRACE(c.flags);
@@ -164,7 +164,7 @@ TEST(CliFormat, EncodeDecodeRoundTripEveryFormat) {
 
 TEST(CliFormat, AcceptsF32AndF16InputAndPagedRecords) {
   TempDir dir;
-  const Tokens tokens = random_bf16_tokens(8, 12);
+  const Tokens tokens = as_bf16_inputs(nvfp4mla::testing::random_tokens(8, 12));
   write_tokens(dir / "bf16.safetensors", tokens);
   // The same values as F32 (exact).
   write_safetensors(dir / "f32.safetensors", {{"kv_c", tensor_of(DType::F32, {8, kLatentDim}, as_float(tokens.kv_c))},
@@ -269,30 +269,44 @@ TEST(CliFormat, CalibrateWritesScalesThatParseBackExactly) {
 
 TEST(CliFormat, InspectShowsScalesAndErrorAgainstTheOriginal) {
   TempDir dir;
-  const Tokens tokens = random_bf16_tokens(6, 13);
+  const Tokens tokens = as_bf16_inputs(nvfp4mla::testing::random_tokens(16, 13));
   write_tokens(dir / "in.safetensors", tokens);
   ASSERT_EQ(run_cli(dir, "encode --rope fp8 --input in.safetensors --output rec.safetensors").exit_code, 0);
-  const RunResult r =
-      run_cli(dir, "inspect --rope fp8 --input rec.safetensors --records 1,4-5 --original in.safetensors");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out.find("record 0\n"), std::string::npos);
-  for (const char* want : {"record 1\n", "record 4\n", "record 5\n", "outer scale: 1", "RoPE scale:", "kv_c max abs error",
-                           "k_pe max abs error", "all 3 shown records"})
-    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
-  // Token 1 has magnitude ~1e-4: with the unit outer scale its group scales are E4M3
-  // subnormals. The printed count matches the record bytes.
+  // Count the E4M3-subnormal and zero group scales of each record from its bytes, and pick a
+  // small-magnitude token whose unit-scale group scales fall into subnormals.
   const TensorMap rec = read_safetensors(dir / "rec.safetensors");
-  const uint8_t* scales = rec.at("records").data.data() + 368 + layout::nvfp4::kGroupScaleOffset;
-  int subnormal = 0, zero = 0;
-  for (int g = 0; g < layout::nvfp4::kNumGroups; ++g) {
-    if ((scales[g] & 0x7F) == 0) ++zero;
-    else if ((scales[g] & 0x78) == 0) ++subnormal;
+  auto scale_counts = [&](int64_t i) {
+    const uint8_t* scales = rec.at("records").data.data() + i * 368 + layout::nvfp4::kGroupScaleOffset;
+    int subnormal = 0, zero = 0;
+    for (int g = 0; g < layout::nvfp4::kNumGroups; ++g) {
+      if ((scales[g] & 0x7F) == 0) ++zero;
+      else if ((scales[g] & 0x78) == 0) ++subnormal;
+    }
+    return "group scales in E4M3 subnormals: " + std::to_string(subnormal) + ", zero: " + std::to_string(zero);
+  };
+  int64_t small = -1;
+  for (int64_t i = 0; i < tokens.count && small < 0; ++i)
+    if (scale_counts(i).find("subnormals: 0,") == std::string::npos) small = i;
+  ASSERT_GE(small, 0) << "the seed should produce a token with subnormal group scales";
+  const int64_t other = small == 0 ? 1 : 0;
+  const std::string selection = std::to_string(other) + "," + std::to_string(small) + "-" + std::to_string(small);
+  const RunResult r =
+      run_cli(dir, "inspect --rope fp8 --input rec.safetensors --records " + selection + " --original in.safetensors");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string& want : {"outer scale: 1", "RoPE scale:", "kv_c max abs error", "k_pe max abs error",
+                                  "all 2 shown records"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  size_t shown = 0;
+  for (size_t at = r.out.find("\nrecord "); at != std::string::npos; at = r.out.find("\nrecord ", at + 1)) ++shown;
+  EXPECT_EQ(shown, 2u) << r.out;
+  // Each record's printed counts match its bytes.
+  for (int64_t i : {other, small}) {
+    const size_t at = r.out.find("record " + std::to_string(i) + "\n");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const size_t next = r.out.find("record ", at + 1);
+    const size_t line = r.out.find(scale_counts(i), at);
+    EXPECT_TRUE(line != std::string::npos && line < next) << scale_counts(i) << "\n" << r.out;
   }
-  EXPECT_GT(subnormal + zero, 0);
-  const std::string line = "group scales in E4M3 subnormals: " + std::to_string(subnormal) + ", zero: " + std::to_string(zero);
-  const size_t rec1 = r.out.find("record 1\n"), rec4 = r.out.find("record 4\n");
-  const size_t at = r.out.find(line, rec1);
-  EXPECT_TRUE(at != std::string::npos && at < rec4) << line << "\n" << r.out;
 
   // Default selection: the first records; fp8_ds_mla shows its tile scales.
   ASSERT_EQ(run_cli(dir, "encode --cache-dtype fp8_ds_mla --input in.safetensors --output fp8.safetensors").exit_code, 0);
@@ -305,7 +319,7 @@ TEST(CliFormat, InspectShowsScalesAndErrorAgainstTheOriginal) {
 
 TEST(CliFormat, ErrorsGiveOneLineAndLeaveNoOutput) {
   TempDir dir;
-  const Tokens tokens = random_bf16_tokens(4, 14);
+  const Tokens tokens = as_bf16_inputs(nvfp4mla::testing::random_tokens(4, 14));
   write_tokens(dir / "in.safetensors", tokens);
   // Inputs with one thing wrong each.
   write_safetensors(dir / "wrong_name.safetensors", {{"kv", tensor_of(DType::BF16, {4, kLatentDim}, tokens.kv_c)},

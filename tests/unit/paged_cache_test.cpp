@@ -25,7 +25,7 @@ namespace {
 constexpr uint8_t kUntouched = 0xA5;  // fill byte of slots nobody wrote
 
 using Tokens = nvfp4mla::testing::Bf16Tokens;
-using nvfp4mla::testing::random_bf16_tokens;
+using nvfp4mla::testing::as_bf16_inputs;
 
 struct Cache {
   std::vector<uint8_t> bytes;
@@ -70,7 +70,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(PagedCache, WritesThroughARandomPagePermutation) {
-  const Tokens tokens = random_bf16_tokens(40, 1);
+  const Tokens tokens = as_bf16_inputs(nvfp4mla::testing::random_tokens(40, 1, -6, 4, /*non_finite=*/true));
   for (const FormatConfig& cfg : all_formats()) {
     SCOPED_TRACE(cfg.describe());
     // 40 tokens laid out as a sequence over a shuffled block table of 8 pages of 16 slots.
@@ -109,7 +109,7 @@ TEST(PagedCache, WritesThroughARandomPagePermutation) {
 
 TEST(PagedCache, NegativeSlotsAreSkipped) {
   const auto cfg = FormatConfig::create({.rope = RopeEncoding::fp8, .scale_mode = ScaleMode::dynamic});
-  const Tokens tokens = random_bf16_tokens(6, 2);
+  const Tokens tokens = as_bf16_inputs(nvfp4mla::testing::random_tokens(6, 2));
   Cache cache(cfg, 2, 4);
   const std::vector<int64_t> slots = {5, -1, 0, -7, 7, -1};
   write_paged_cache(cfg, TokenBatch<Bf16Bits>{tokens.kv_c.data(), tokens.k_pe.data(), tokens.count}, slots, cache.view);
@@ -122,7 +122,7 @@ TEST(PagedCache, NegativeSlotsAreSkipped) {
 
 TEST(PagedCache, SlotBeyondCapacityIsAnErrorAndWritesNothing) {
   const auto cfg = FormatConfig::create({});
-  const Tokens tokens = random_bf16_tokens(3, 3);
+  const Tokens tokens = as_bf16_inputs(nvfp4mla::testing::random_tokens(3, 3));
   Cache cache(cfg, 2, 4);  // capacity 8
   const std::vector<uint8_t> before = cache.bytes;
   // The bad slot comes last: the valid ones before it must not have been written either.
@@ -138,7 +138,7 @@ TEST(PagedCache, SlotBeyondCapacityIsAnErrorAndWritesNothing) {
 
 TEST(PagedCache, RejectsMismatchedInputs) {
   const auto cfg = FormatConfig::create({});
-  const Tokens tokens = random_bf16_tokens(2, 4);
+  const Tokens tokens = as_bf16_inputs(nvfp4mla::testing::random_tokens(2, 4));
   Cache cache(cfg, 1, 4);
   const TokenBatch<Bf16Bits> batch{tokens.kv_c.data(), tokens.k_pe.data(), tokens.count};
   const std::vector<int64_t> one_slot = {0};
