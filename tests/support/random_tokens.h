@@ -9,6 +9,7 @@
 
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/format.h"
+#include "nvfp4mla/record.h"
 
 namespace nvfp4mla::testing {
 
@@ -44,6 +45,18 @@ inline TokenSet random_tokens(int64_t n, uint64_t seed, double log10_min = -6, d
     for (int d = 0; d < kRopeDim; ++d) t.k_pe[i * kRopeDim + d] = codec::bf16_encode_rn(normal(rng) * scale);
   }
   return t;
+}
+
+// The same tokens as typed BF16 inputs, for record::encode and TokenBatch<Bf16Bits>.
+struct Bf16Tokens {
+  std::vector<Bf16Bits> kv_c, k_pe;
+  int64_t count = 0;
+};
+inline Bf16Tokens as_bf16_inputs(const TokenSet& t) {
+  Bf16Tokens out{std::vector<Bf16Bits>(t.kv_c.size()), std::vector<Bf16Bits>(t.k_pe.size()), t.n};
+  for (size_t i = 0; i < t.kv_c.size(); ++i) out.kv_c[i].bits = t.kv_c[i];
+  for (size_t i = 0; i < t.k_pe.size(); ++i) out.k_pe[i].bits = t.k_pe[i];
+  return out;
 }
 
 }  // namespace nvfp4mla::testing
