@@ -56,7 +56,7 @@ GpuResult run_gpu(const AttentionProblem& p, int forced_splits, LseBase base = L
   a.indices = idx.get();
   a.topk_length = p.topk_length.empty() ? nullptr : len.get();
   a.lse_base = base;
-  const auto plan = plan_sparse_decode(p.rows, p.heads, p.topk, cuda::current_sm_count(), forced_splits);
+  const auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, cuda::current_sm_count(), forced_splits);
   const auto ws_layout = decode_workspace_layout(plan, p.rows, p.heads);
   DeviceBuffer<uint8_t> ws(ws_layout.total_bytes);
   ws.fill_bytes(0xFF);
@@ -189,7 +189,7 @@ TEST(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
   NVFP4MLA_REQUIRE_GPU();
   const auto p = make_problem(kAllSpecs[4], 2, 16, 256, 5);
   SparseMlaArgs a = p.host_args();
-  auto plan = plan_sparse_decode(p.rows, p.heads, p.topk, 132, 4);
+  auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, 132, 4);
   EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 0, nullptr, nullptr, nullptr), Error);
   plan.num_tiles = 1;
   EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 1 << 20, nullptr, nullptr, nullptr), Error);

@@ -160,7 +160,7 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     Dev<int32_t> idx(size_t(c.rows) * c.topk);
     fill_bf16<<<kFillBlocks, kFillThreads>>>(q.p, int64_t(q_elems), 30, 1.0f);
     fill_indices<<<kFillBlocks, kFillThreads>>>(idx.p, int64_t(c.rows) * c.topk, 40, capacity);
-    const auto plan = plan_sparse_decode(c.rows, c.heads, c.topk, sms, c.forced_splits);
+    const auto plan = plan_sparse_decode(c.spec, c.rows, c.heads, c.topk, sms, c.forced_splits);
     const auto ws_layout = decode_workspace_layout(plan, c.rows, c.heads);
     Dev<uint8_t> ws(ws_layout.total_bytes);
     SparseMlaArgs a;

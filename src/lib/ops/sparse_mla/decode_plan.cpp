@@ -9,16 +9,20 @@ namespace nvfp4mla {
 
 namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-// CTAs that run at once per SM for a head group (shared memory limits the 64-head tile to one).
-// Every tile configuration uses more than half of an SM's shared memory: one CTA per SM.
-int resident_ctas_per_sm(int /*head_group*/) { return 1; }
+// Shared memory of a Hopper SM available to resident CTAs (228 KB, 1 KB reserved per CTA).
+constexpr size_t kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024;
 }  // namespace
 
-DecodePlan plan_sparse_decode(int rows, int heads, int topk, int sm_count, int forced_splits) {
+DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count, int forced_splits) {
   if (rows < 0 || heads <= 0 || topk <= 0) throw Error("decode plan: rows >= 0, heads > 0 and topk > 0 required");
   if (sm_count <= 0) throw Error("decode plan: SM count must be positive");
+  const DecodeTileConfig cfg = decode_tile_config(heads);
   DecodePlan p;
-  p.head_group = heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
+  p.head_group = cfg.head_group;
+  p.warps = cfg.warps;
+  p.tile_tokens = cfg.tile_tokens;
+  const size_t smem = decode_smem_bytes(cfg, spec.record_bytes(), spec.dtype == CacheDtype::bf16) + kSmemReservedPerCta;
+  p.ctas_per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(cfg.min_ctas, kSmemPerSm / smem)));
   p.num_head_groups = (heads + p.head_group - 1) / p.head_group;
   p.num_tiles = (topk + p.tile_tokens - 1) / p.tile_tokens;
   int splits;
@@ -26,7 +30,7 @@ DecodePlan plan_sparse_decode(int rows, int heads, int topk, int sm_count, int f
     splits = forced_splits;
   } else {
     const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(rows) * p.num_head_groups);
-    const int64_t target = 2LL * sm_count * resident_ctas_per_sm(p.head_group);
+    const int64_t target = 2LL * sm_count * p.ctas_per_sm;
     splits = static_cast<int>(std::min<int64_t>(p.num_tiles, (target + base - 1) / base));
   }
   splits = std::clamp(splits, 1, p.num_tiles);

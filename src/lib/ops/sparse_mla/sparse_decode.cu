@@ -27,12 +27,9 @@
 namespace nvfp4mla::cuda {
 namespace {
 
-// Warps per CTA for a head group: 64-head tiles use 16 warps (each 16 heads x 128 output
-// dims, 64 accumulator registers), smaller tiles 8 warps.
-template <int NB> constexpr int warps_for() { return NB == 4 ? 16 : 8; }
-constexpr int kTile = 64;                 // top-k entries per KV tile
+// CTA shape per head block count (decode_plan.h holds the table the planner uses too).
+template <int NB> constexpr DecodeTileConfig kConfig = decode_tile_config(16 * NB);
 constexpr int kRowStride = kQkDim + 8;    // BF16 elements per Q/K smem row (pad: no bank conflicts)
-constexpr int kScoreStride = kTile + 8;   // floats per score row in smem
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -56,14 +53,15 @@ struct DecodeParams {
 
 template <int NB, class F>
 struct DecodeSmem {
-  static constexpr int HG = 16 * NB;
+  static constexpr int HG = 16 * NB, BN = kConfig<NB>.tile_tokens, kScoreStride = BN + 8;
   static constexpr size_t q_bytes = size_t(HG) * kRowStride * 2;
-  static constexpr size_t k_bytes = size_t(kTile) * kRowStride * 2;
+  static constexpr size_t k_bytes = size_t(BN) * kRowStride * 2;
   static constexpr size_t s_bytes = size_t(HG) * kScoreStride * 4;
-  static constexpr size_t raw_bytes = F::kRawIsKRow ? 0 : size_t(kTile) * F::kRecordBytes;
-  static constexpr size_t tok_bytes = 2 * kTile * 4;
+  static constexpr size_t raw_bytes = F::kRawIsKRow ? 0 : size_t(BN) * F::kRecordBytes;
+  static constexpr size_t tok_bytes = 2 * BN * 4;
   static constexpr size_t k_off = q_bytes, s_off = k_off + k_bytes, raw_off = s_off + s_bytes,
                           tok_off = raw_off + raw_bytes, total = tok_off + tok_bytes;
+  static_assert(total == decode_smem_bytes(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow));
 };
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -83,7 +81,7 @@ __device__ __forceinline__ int32_t entry_slot(const DecodeParams& p, int row, in
 
 // Start the asynchronous copy of a tile's raw records whose slots are in `tok` (into the raw
 // buffer, or straight into the K tile for bf16 records).
-template <class F, int kThreads>
+template <class F, int kThreads, int kTile>
 __device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_t* tok, uint8_t* raw) {
   constexpr int chunks = F::kRecordBytes / 16;
   for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
@@ -98,10 +96,12 @@ __device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_
 }
 
 template <int NB, class F>
-__global__ void __launch_bounds__(32 * warps_for<NB>(), 1) sparse_decode_kernel(const DecodeParams p) {
-  constexpr int kWarps = warps_for<NB>();
+__global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) sparse_decode_kernel(const DecodeParams p) {
+  constexpr int kWarps = kConfig<NB>.warps;
   constexpr int kThreads = 32 * kWarps;
+  constexpr int kTile = kConfig<NB>.tile_tokens;
   using Smem = DecodeSmem<NB, F>;
+  constexpr int kScoreStride = Smem::kScoreStride;
   constexpr int HG = Smem::HG;
   constexpr int PARTS = kWarps / NB;
   constexpr int TPW = kTile / PARTS;   // score columns per warp
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(32 * warps_for<NB>(), 1) sparse_decode_kernel(
     if (tile_begin + 1 < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + 1) * kTile + tid);
   }
   __syncthreads();
-  if (tile_begin < tile_end) issue_copies<F, kThreads>(p, sTok + (tile_begin & 1) * kTile, sRaw);
+  if (tile_begin < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + (tile_begin & 1) * kTile, sRaw);
 
   float o[NT_O][4];
 #pragma unroll
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(32 * warps_for<NB>(), 1) sparse_decode_kernel(
     }
     __syncthreads();
     if constexpr (!F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_copies<F, kThreads>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
+      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
     }
 
     // 2. Scores of this warp's columns.
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(32 * warps_for<NB>(), 1) sparse_decode_kernel(
     }
     __syncthreads();
     if constexpr (F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_copies<F, kThreads>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
+      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
     }
   }
 
@@ -370,7 +370,7 @@ void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_
           "sparse decode: shared memory opt-in");
   });
   const dim3 grid(rows, head_groups, p.splits);
-  sparse_decode_kernel<NB, F><<<grid, 32 * warps_for<NB>(), Smem::total, stream>>>(p);
+  sparse_decode_kernel<NB, F><<<grid, 32 * kConfig<NB>.warps, Smem::total, stream>>>(p);
   check_launch("sparse decode kernel launch");
 }
 
@@ -425,8 +425,10 @@ void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
   if (!out || !lse) throw Error("sparse decode: out and lse are required");
   if (a.capacity > INT32_MAX) throw Error("sparse decode: capacity above 2^31 slots is not supported by int32 indices");
   const int expect_groups = (a.heads + plan.head_group - 1) / plan.head_group;
-  if (plan.num_head_groups != expect_groups || plan.tile_tokens != kTile ||
-      plan.num_tiles != (a.topk + kTile - 1) / kTile || plan.splits < 1 ||
+  const DecodeTileConfig cfg = decode_tile_config(plan.head_group);
+  if (plan.num_head_groups != expect_groups || plan.head_group != cfg.head_group || plan.warps != cfg.warps ||
+      plan.tile_tokens != cfg.tile_tokens || plan.num_tiles != (a.topk + cfg.tile_tokens - 1) / cfg.tile_tokens ||
+      plan.splits < 1 ||
       static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles)
     throw Error("sparse decode: the plan does not match rows/heads/topk; build it with plan_sparse_decode");
   const auto ws = decode_workspace_layout(plan, a.rows, a.heads);
