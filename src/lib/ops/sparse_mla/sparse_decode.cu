@@ -54,14 +54,16 @@ struct DecodeParams {
 template <int NB, class F>
 struct DecodeSmem {
   static constexpr int HG = 16 * NB, BN = kConfig<NB>.tile_tokens, kScoreStride = BN + 8;
+  static constexpr int stages = decode_stages(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow);
   static constexpr size_t q_bytes = size_t(HG) * kRowStride * 2;
   static constexpr size_t k_bytes = size_t(BN) * kRowStride * 2;
   static constexpr size_t s_bytes = size_t(HG) * kScoreStride * 4;
-  static constexpr size_t raw_bytes = F::kRawIsKRow ? 0 : size_t(BN) * F::kRecordBytes;
-  static constexpr size_t tok_bytes = 2 * BN * 4;
+  static constexpr size_t raw_stage_bytes = F::kRawIsKRow ? 0 : size_t(BN) * F::kRecordBytes;
+  static constexpr size_t tok_bytes = size_t(stages + 1) * BN * 4;
   static constexpr size_t k_off = q_bytes, s_off = k_off + k_bytes, raw_off = s_off + s_bytes,
-                          tok_off = raw_off + raw_bytes, total = tok_off + tok_bytes;
-  static_assert(total == decode_smem_bytes(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow));
+                          tok_off = raw_off + stages * raw_stage_bytes, total = tok_off + tok_bytes;
+  static_assert(total == decode_smem_bytes(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow, stages));
+  static_assert(total <= kDecodeSmemPerBlock);
 };
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -134,15 +136,25 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
     if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
     *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
   }
-  // Slots travel one tile ahead in a register of the first 64 threads (their index loads
-  // overlap a whole tile of work) and are published in sTok one tile before their copies.
+  // Raw records travel kStages tiles ahead of the computed tile (a ring of kStages buffers, one
+  // cp.async group per tile, empty groups past the end keep the count uniform). Slots travel
+  // one step further: a register of the first kTile threads holds the slots of the next tile
+  // to publish, so their index loads overlap a whole tile of work; sTok is a ring of
+  // kStages + 1 tiles (the computed one and those in flight).
+  constexpr int kStages = Smem::stages;
+  constexpr int kTokRing = kStages + 1;
+  auto raw_of = [&](int t) { return F::kRawIsKRow ? sRaw : sRaw + size_t(t % kStages) * Smem::raw_stage_bytes; };
+  auto tok_of = [&](int t) { return sTok + (t % kTokRing) * kTile; };
   int32_t next_slot = -1;
-  if (tid < kTile && tile_begin < tile_end) {
-    sTok[(tile_begin & 1) * kTile + tid] = entry_slot(p, row, len, tile_begin * kTile + tid);
-    if (tile_begin + 1 < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + 1) * kTile + tid);
+  if (tid < kTile) {
+    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) tok_of(t)[tid] = entry_slot(p, row, len, t * kTile + tid);
+    if (tile_begin + kStages < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + kStages) * kTile + tid);
   }
   __syncthreads();
-  if (tile_begin < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + (tile_begin & 1) * kTile, sRaw);
+  for (int t = tile_begin; t < tile_begin + kStages; ++t) {
+    if (t < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(t), raw_of(t));
+    else ptx::cp_async_commit();
+  }
 
   float o[NT_O][4];
 #pragma unroll
@@ -152,12 +164,13 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, l_out[2] = {0.0f, 0.0f};
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int32_t* tok = sTok + (tile & 1) * kTile;
-    ptx::cp_async_wait_all();
+    const int32_t* tok = tok_of(tile);
+    const uint8_t* raw = raw_of(tile);
+    ptx::cp_async_wait_group<kStages - 1>();
     __syncthreads();
-    if (tid < kTile && tile + 1 < tile_end) {
-      sTok[((tile + 1) & 1) * kTile + tid] = next_slot;
-      next_slot = tile + 2 < tile_end ? entry_slot(p, row, len, (tile + 2) * kTile + tid) : -1;
+    if (tid < kTile && tile + kStages < tile_end) {
+      tok_of(tile + kStages)[tid] = next_slot;
+      next_slot = tile + kStages + 1 < tile_end ? entry_slot(p, row, len, (tile + kStages + 1) * kTile + tid) : -1;
     }
     // 1. Dequantize into the K tile; masked entries become zero rows. Latent groups and RoPE
     //    chunks run in separate loops so that no warp diverges between the two paths.
@@ -169,7 +182,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       } else if (tok[t] < 0) {
         store_16_zero(dst);
       } else if constexpr (!F::kRawIsKRow) {
-        dequant_unit<F>(sRaw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+        dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
       }
     }
     constexpr int kRopeUnits = kUnitsPerRow - kLatentUnits;
@@ -179,12 +192,13 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       if (tok[t] < 0) {
         store_16_zero(dst);
       } else if constexpr (!F::kRawIsKRow) {
-        dequant_unit<F>(sRaw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+        dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
       }
     }
     __syncthreads();
-    if constexpr (!F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
+    if constexpr (!F::kRawIsKRow) {  // the buffer just dequantized takes tile + kStages
+      if (tile + kStages < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + kStages), raw_of(tile + kStages));
+      else ptx::cp_async_commit();
     }
 
     // 2. Scores of this warp's columns.
@@ -280,8 +294,9 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       }
     }
     __syncthreads();
-    if constexpr (F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
+    if constexpr (F::kRawIsKRow) {  // the K tile is free again: it takes the next tile's rows
+      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + 1), sRaw);
+      else ptx::cp_async_commit();
     }
   }
 
