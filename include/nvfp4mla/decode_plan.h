@@ -17,10 +17,13 @@ struct DecodeTileConfig {
   int tile_tokens;  // top-k entries per KV tile
   int min_ctas;     // CTAs per SM the kernel is compiled for (register budget)
 };
+#ifndef NVFP4MLA_DECODE_WARPS_64  // experiments only: the whole build must agree on it
+#define NVFP4MLA_DECODE_WARPS_64 16
+#endif
 constexpr DecodeTileConfig decode_tile_config(int head_group) {
-  return head_group <= 16 ? DecodeTileConfig{16, 4, 32, 2}
+  return head_group <= 16 ? DecodeTileConfig{16, 4, 32, 3}
        : head_group <= 32 ? DecodeTileConfig{32, 8, 32, 2}
-                          : DecodeTileConfig{64, 16, 64, 1};
+                          : DecodeTileConfig{64, NVFP4MLA_DECODE_WARPS_64, 64, 1};
 }
 // Shared memory of one CTA: Q and K tiles in BF16 (rows padded by 8 values), fp32 scores,
 // `stages` raw record buffers (none for bf16 records, which are copied straight into the K

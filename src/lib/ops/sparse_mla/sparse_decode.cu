@@ -256,12 +256,12 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
       const float m_new = fmaxf(m_run[r], mx);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f(m_run[r] - m_use);
+      const float alpha = ptx::exp2_approx(m_run[r] - m_use);
       m_run[r] = m_new;
       float sum = 0.0f, sum_rounded = 0.0f;
 #pragma unroll
       for (int j = 0; j < kTile / 8; ++j) {
-        const float e0 = exp2f(s[j][2 * r] - m_use), e1 = exp2f(s[j][2 * r + 1] - m_use);
+        const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use);
         s[j][2 * r] = round_bf16(e0);
         s[j][2 * r + 1] = round_bf16(e1);
         sum += e0 + e1;
