@@ -9,21 +9,19 @@
 namespace nvfp4mla {
 
 // The CTA shape for a head group (query heads per CTA = the MMA's M). Small head groups use
-// short KV tiles and few warps so that several CTAs share an SM and overlap their phases;
-// the 64-head tile needs the whole SM.
+// few warps so that several CTAs share an SM and overlap their phases; the 64-head tile needs
+// the whole SM (on sm_90 it runs as a warp-specialized kernel with the same 32-entry tiles:
+// see sparse_decode.cu).
 struct DecodeTileConfig {
   int head_group;   // 16, 32 or 64
   int warps;        // warps per CTA
   int tile_tokens;  // top-k entries per KV tile
   int min_ctas;     // CTAs per SM the kernel is compiled for (register budget)
 };
-#ifndef NVFP4MLA_DECODE_WARPS_64  // experiments only: the whole build must agree on it
-#define NVFP4MLA_DECODE_WARPS_64 16
-#endif
 constexpr DecodeTileConfig decode_tile_config(int head_group) {
   return head_group <= 16 ? DecodeTileConfig{16, 4, 32, 3}
        : head_group <= 32 ? DecodeTileConfig{32, 8, 32, 2}
-                          : DecodeTileConfig{64, NVFP4MLA_DECODE_WARPS_64, 64, 1};
+                          : DecodeTileConfig{64, 8, 32, 1};
 }
 // Shared memory of one CTA: Q and K tiles in BF16 (rows padded by 8 values), fp32 scores,
 // `stages` raw record buffers (none for bf16 records, which are copied straight into the K

@@ -134,6 +134,11 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
       reinterpret_cast<uint4*>(dst)[0] = src[0];
       reinterpret_cast<uint4*>(dst)[1] = src[1];
     }
+  } else if constexpr (F::spec.dtype == CacheDtype::bf16) {
+    // A bf16 record is a K row already: unit u is bytes [32u, 32u + 32).
+    const uint4* src = reinterpret_cast<const uint4*>(rec + 32 * u);
+    reinterpret_cast<uint4*>(dst)[0] = src[0];
+    reinterpret_cast<uint4*>(dst)[1] = src[1];
   } else if constexpr (F::spec.dtype == CacheDtype::fp8_ds_mla) {
     namespace L = layout::fp8;
     if (u < kLatentUnits) {
