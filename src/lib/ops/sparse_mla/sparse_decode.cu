@@ -457,8 +457,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       const int32_t* slots = slot_of(tile);
       const uint8_t* raw = raw_of(tile);
       __nv_bfloat16* kt = k_buf(i);
-      for (int u = ptid; u < kWsTile * kUnitsPerRow; u += kProducers) {
-        const int t = u / kUnitsPerRow, k = u % kUnitsPerRow;
+      // Latent groups and RoPE chunks in separate loops: no warp diverges between the paths.
+      for (int u = ptid; u < kWsTile * kLatentUnits; u += kProducers) {
+        const int t = u / kLatentUnits, k = u % kLatentUnits;
+        __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
+        if (slots[t] < 0) store_16_zero(dst);
+        else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      }
+      for (int u = ptid; u < kWsTile * (kUnitsPerRow - kLatentUnits); u += kProducers) {
+        const int t = u / (kUnitsPerRow - kLatentUnits), k = kLatentUnits + u % (kUnitsPerRow - kLatentUnits);
         __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
         if (slots[t] < 0) store_16_zero(dst);
         else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
