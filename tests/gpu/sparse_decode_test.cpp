@@ -194,3 +194,16 @@ TEST(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
   plan.num_tiles = 1;
   EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 1 << 20, nullptr, nullptr, nullptr), Error);
 }
+
+// Small enough for compute-sanitizer: the 64-head path (warp-specialized on sm_90) and the
+// 16-head path, several splits, masked entries, an empty row.
+TEST(GpuSparseDecode, SanitizerSized) {
+  NVFP4MLA_REQUIRE_GPU();
+  ProblemOptions opt;
+  opt.lengths = true;
+  for (int heads : {16, 64}) {
+    SCOPED_TRACE(heads);
+    const auto p = make_problem(kAllSpecs[6], 3, heads, 200, 123, opt);
+    EXPECT_EQ(compare(p, run_gpu(p, 2)), 0);
+  }
+}
