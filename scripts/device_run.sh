@@ -14,7 +14,7 @@ for step in "$@"; do
       "$BIN/nvfp4mla" bench decode --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1; tail -11 "$OUT/decode.txt"
       "$BIN/nvfp4mla" bench write --all-formats --json "$OUT/write.json" >"$OUT/write.txt" 2>&1; tail -8 "$OUT/write.txt" ;;
     bench-all)
-      "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 16 --topk 2048 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -44 "$OUT/decode_all.txt" ;;
+      "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -44 "$OUT/decode_all.txt" ;;
     variants)
       # Time the kernel with one stage left out (results are garbage; only the time matters).
       for skip in 0 1 2 4 6; do
@@ -43,7 +43,7 @@ for step in "$@"; do
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/nvfp4mla_gpu_tests" \
-          --gtest_filter='GpuRecordCopy.*:GpuSparseDecode.SanitizerSized' \
+          --gtest_filter='GpuRecordCopy.*:GpuSparseDecode.SanitizerSized:GpuCacheWriter.BitIdenticalToCpuWriterBf16Input' \
           >"$OUT/sanitize_$tool.log" 2>&1
         echo "compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
       done ;;
