@@ -31,11 +31,9 @@ namespace {
 
 constexpr uint32_t kKeys = 16;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int kDefaultKills = 200;  // sanitizers slow each round; the normal run does the 500+
-#else
+// About 2 s in a release build, 5 s under ASan, 9 s under TSan on 2 cores.
+// NVFP4MLA_CRASH_KILLS overrides (e.g. a long soak).
 constexpr int kDefaultKills = 500;
-#endif
 
 // One message from the writer child; a pipe write of this size is atomic.
 struct Note {
@@ -167,6 +165,8 @@ TEST(OffloadCrash, SigkillWhileWritingNeverExposesAPartialBlockOrLosesAReturnedP
     const DiskTierStats opened = tier.stats();
     ASSERT_EQ(opened.quarantined_at_open, 0u) << "round " << round << ": a damaged or stray file after a kill";
     ASSERT_TRUE(files_under(tier.dir() / "tmp").empty());
+    for (const auto& e : std::filesystem::directory_iterator(tier.dir()))
+      if (e.is_regular_file()) ASSERT_TRUE(e.path().filename() == "manifest.json" || e.path().filename() == "lock") << e.path();
     std::vector<uint8_t> out(bytes);
     for (uint32_t k = 0; k < kKeys; ++k) {
       const bool hit = tier.get(key_of(k), out);

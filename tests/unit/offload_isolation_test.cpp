@@ -82,8 +82,11 @@ TEST(OffloadIsolation, SameKeyUnderDistinctNamespacesNeverReadsAcross) {
     std::vector<uint8_t> out(spaces[j].block_bytes());
     ASSERT_TRUE(tiers[j]->get(shared_key, out));
     EXPECT_EQ(out, pattern_bytes(spaces[j].block_bytes(), 1000 + j)) << spaces[j].record_identity;
-    for (size_t i = 0; i < n; ++i)
-      if (i != j) EXPECT_FALSE(tiers[j]->get(key_of(100 + i), out)) << i << " read under " << j;
+    for (size_t i = 0; i < n; ++i) {
+      if (i != j) {
+        EXPECT_FALSE(tiers[j]->get(key_of(100 + i), out)) << i << " read under " << j;
+      }
+    }
   }
 }
 

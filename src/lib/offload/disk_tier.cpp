@@ -176,7 +176,11 @@ void DiskTier::Impl::check_or_write_manifest() {
   }
   // Blocks are only ever written after the manifest, so blocks without one mean the manifest
   // was removed by hand: their meaning is unknown.
-  if (fs::exists(blocks_dir, ec) && !fs::is_empty(blocks_dir, ec))
+  bool has_files = false;
+  for (auto it = fs::recursive_directory_iterator(blocks_dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    has_files |= it->is_regular_file();
+  if (has_files)
     throw Error("the namespace directory '" + dir.string() +
                 "' holds blocks but no manifest.json; refusing to guess their format (move the directory away)");
   const std::string text = manifest_json(params);
@@ -189,6 +193,12 @@ void DiskTier::Impl::remove_stale_temporaries() {
   for (const auto& entry : fs::directory_iterator(tmp_dir, ec)) {
     std::error_code rm;
     fs::remove(entry.path(), rm);
+  }
+  // Manifest temporaries of a creation that was interrupted.
+  const std::string manifest_tmp = std::string(kManifestFileName) + ".tmp.";
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::error_code rm;
+    if (entry.path().filename().string().starts_with(manifest_tmp)) fs::remove(entry.path(), rm);
   }
 }
 
