@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "format_flags.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/offload/disk_tier.h"
 #include "nvfp4mla/offload/namespace.h"
@@ -23,19 +24,24 @@ using namespace nvfp4mla::offload;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// The namespace of put/get. The record identity is given as a string (`nvfp4mla abi` prints it),
-// so a block can be stored or fetched for any format without its calibration file.
+// The namespace of put/get: the record format through the common format flags (or, for a
+// format whose calibration file is not at hand, its identity string as `nvfp4mla abi` prints
+// it), plus the block geometry, model and ranks.
 struct NamespaceFlags {
+  std::shared_ptr<FormatFlags> format;
   std::string identity;
+  CLI::Option* identity_opt = nullptr;
   int tokens_per_block = 0;
   int layers = 0;
   std::string model;
   ParallelLayout parallel;
 
   void add_to(CLI::App* cmd) {
-    cmd->add_option("--identity", identity, "Full record identity, as printed by `nvfp4mla abi`")->required();
+    format = FormatFlags::add_to(cmd);
+    identity_opt = cmd->add_option("--identity", identity,
+                                   "Full record identity as printed by `nvfp4mla abi`, instead of the format flags");
     cmd->add_option("--tokens-per-block", tokens_per_block, "Tokens per block (page size)")->required();
-    cmd->add_option("--layers", layers, "Layers in a block")->required();
+    cmd->add_option("--layers-in-block", layers, "Layers in a block")->required();
     cmd->add_option("--model", model, "Model identity (name and revision)")->required();
     cmd->add_option("--tp-rank", parallel.tp_rank, "Tensor-parallel rank")->capture_default_str();
     cmd->add_option("--tp-size", parallel.tp_size, "Tensor-parallel size")->capture_default_str();
@@ -43,6 +49,10 @@ struct NamespaceFlags {
     cmd->add_option("--dcp-size", parallel.dcp_size, "Decode-context-parallel size")->capture_default_str();
   }
   NamespaceParams params() const {
+    if (!identity_opt->count()) return NamespaceParams::for_format(format->config(), tokens_per_block, layers, model, parallel);
+    const FormatOptions given = format->options();
+    if (given.cache_dtype || given.rope || given.scale_mode || given.scales_file || given.layer || given.layer_scale)
+      throw Error("give the record format either as --identity or through the format flags, not both");
     NamespaceParams p;
     p.record_identity = identity;
     p.record_bytes = record_bytes_of_identity(identity);

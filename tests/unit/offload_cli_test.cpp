@@ -41,9 +41,10 @@ CliRun cli(const std::string& args) {
 
 const std::string kIdentity = "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1";
 
-std::string ns_flags(int tokens = 4) {
-  return "--identity " + kIdentity + " --tokens-per-block " + std::to_string(tokens) + " --layers 2 --model glm-test";
+std::string geometry(int tokens = 4) {
+  return " --tokens-per-block " + std::to_string(tokens) + " --layers-in-block 2 --model glm-test";
 }
+std::string ns_flags(int tokens = 4) { return "--identity " + kIdentity + geometry(tokens); }
 
 }  // namespace
 
@@ -56,9 +57,16 @@ TEST(OffloadCli, PutGetListStatsVerifyGc) {
 
   CliRun r = cli("store put --root " + root + " --key " + key + " --input " + (dir.path() / "in.bin").string() + " " + ns_flags());
   ASSERT_EQ(r.code, 0) << r.output;
-  r = cli("store get --root " + root + " --key " + key + " --output " + (dir.path() / "out.bin").string() + " " + ns_flags());
+  // The same namespace through the format flags.
+  r = cli("store get --root " + root + " --key " + key + " --output " + (dir.path() / "out.bin").string() +
+          " --cache-dtype nvfp4_ds_mla --rope fp8 --scale-mode dynamic" + geometry());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(read_file(dir.path() / "out.bin"), block);
+  // The implicit-scale 368-byte format has the same record width but is another namespace.
+  r = cli("store get --root " + root + " --key " + key + " --output " + (dir.path() / "x.bin").string() +
+          " --rope fp8 --scale-mode implicit" + geometry());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("no such namespace"), std::string::npos) << r.output;
 
   r = cli("store ls --root " + root);
   ASSERT_EQ(r.code, 0) << r.output;
@@ -111,7 +119,7 @@ TEST(OffloadCli, ErrorsAreClear) {
   const std::string root = (dir.path() / "store").string();
   write_file(dir.path() / "short.bin", pattern_bytes(100, 1));
   CliRun r = cli("store put --root " + root + " --key 01 --input " + (dir.path() / "short.bin").string() +
-              " --identity vllm-default-v1 --tokens-per-block 4 --layers 2 --model m");
+              " --identity vllm-default-v1" + geometry());
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("compatibility sentinel"), std::string::npos) << r.output;
   r = cli("store put --root " + root + " --key 01 --input " + (dir.path() / "short.bin").string() + " " + ns_flags());
@@ -123,6 +131,10 @@ TEST(OffloadCli, ErrorsAreClear) {
   r = cli("store get --root " + root + " --key 01 --output " + (dir.path() / "o").string() + " " + ns_flags(8));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("no such namespace"), std::string::npos) << r.output;
+  r = cli("store get --root " + root + " --key 01 --output " + (dir.path() / "o").string() + " " + ns_flags() +
+          " --rope fp8");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("not both"), std::string::npos) << r.output;
   r = cli("store gc --max-gib -1 --root " + root);
   EXPECT_NE(r.code, 0);
   r = cli("store ls --root " + (dir.path() / "missing").string());
