@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,7 @@ struct BenchArgs {
   std::string dir = ".";
   double total_mib = 64;
   int threads = 4;
+  int repeat = 3;
   std::vector<int> layers = {1, 78};
 };
 
@@ -55,17 +58,19 @@ void fill_random(std::vector<uint8_t>& bytes, uint64_t seed) {
   }
 }
 
-// Drops the page cache of every file under `dir` (the files are clean: written and synced),
-// so the next read comes from the device.
-void drop_cached_pages(const fs::path& dir) {
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
+// Drops the page cache of a file, or of every file under a directory (the files are written and
+// synced first), so the next read comes from the device.
+void drop_cached_pages(const fs::path& path) {
+  auto drop = [](const fs::path& file) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
     ::fdatasync(fd);
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
-  }
+  };
+  if (!fs::is_directory(path)) return drop(path);
+  for (const auto& e : fs::recursive_directory_iterator(path))
+    if (e.is_regular_file()) drop(e.path());
 }
 
 void run_shell(const std::string& command) {
@@ -74,8 +79,19 @@ void run_shell(const std::string& command) {
 
 std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
 
-void report(const char* what, uint64_t bytes, double seconds) {
-  std::printf("  %-46s %8.3f GB/s  (%.3f s)\n", what, bytes / seconds / 1e9, seconds);
+// Runs `body` `reps` times, each after an untimed `prepare`, and prints the median rate with
+// the range (the machine's disk is shared, so single runs are noisy).
+void measure(const std::string& what, uint64_t bytes, int reps, const std::function<void(int)>& prepare,
+             const std::function<void(int)>& body) {
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    prepare(r);
+    const double s = seconds_of([&] { body(r); });
+    rates.push_back(double(bytes) / s / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  std::printf("  %-46s %8.3f GB/s  (%d runs: %.3f .. %.3f)\n", what.c_str(), rates[rates.size() / 2], reps,
+              rates.front(), rates.back());
 }
 
 void bench_block_size(const BenchArgs& a, const fs::path& work, int layers) {
@@ -84,70 +100,88 @@ void bench_block_size(const BenchArgs& a, const fs::path& work, int layers) {
   const size_t block = params.block_bytes();
   const size_t n = std::max<size_t>(1, static_cast<size_t>(a.total_mib * 1024 * 1024 / double(block)));
   const uint64_t total = uint64_t(block) * n;
+  const int reps = a.repeat;
   std::vector<uint8_t> data(total), out(total);
   fill_random(data, 42 + layers);
   std::vector<std::vector<uint8_t>> keys(n, std::vector<uint8_t>(kKeyBytes));
   for (size_t i = 0; i < n; ++i) fill_random(keys[i], 1000 + i);
   auto blk = [&](std::vector<uint8_t>& v, size_t i) { return std::span<uint8_t>(v.data() + i * block, block); };
-  auto verify = [&](const char* what) {
+  auto check_out = [&](const char* what) {
     if (out != data) throw Error(std::string("benchmark: ") + what + " returned different bytes");
     std::fill(out.begin(), out.end(), 0);
   };
+  auto nothing = [](int) {};
+  // Each run writes into a new directory; all are removed at the end (removing thousands of
+  // files between runs would make the file system busy during the next timed run).
+  auto fresh_root = [&](const std::string& name) { return work / name; };
 
-  std::printf("block %zu B = %d tokens x %d layer(s) x %d B (%s); %zu blocks, %.1f MiB\n", block, kTokensPerBlock,
-              layers, params.record_bytes, params.record_identity.c_str(), n, total / 1048576.0);
+  std::printf("block %zu B = %d tokens x %d layer(s) x %d B (%s); %zu blocks, %.1f MiB per run\n", block,
+              kTokensPerBlock, layers, params.record_bytes, params.record_identity.c_str(), n, total / 1048576.0);
 
-  {
-    DramTier dram(total + n * kKeyBytes);
-    report("DRAM tier put (1 thread)", total, seconds_of([&] {
-             for (size_t i = 0; i < n; ++i) dram.put(keys[i], blk(data, i));
-           }));
-    report("DRAM tier get (1 thread)", total, seconds_of([&] {
-             for (size_t i = 0; i < n; ++i) dram.get(keys[i], blk(out, i));
-           }));
-    verify("DRAM get");
-  }
+  std::unique_ptr<DramTier> dram;
+  measure("DRAM tier put (1 thread)", total, reps, [&](int) { dram = std::make_unique<DramTier>(total + n * kKeyBytes); },
+          [&](int) {
+            for (size_t i = 0; i < n; ++i) dram->put(keys[i], blk(data, i));
+          });
+  measure("DRAM tier get (1 thread)", total, reps, nothing, [&](int) {
+    for (size_t i = 0; i < n; ++i) dram->get(keys[i], blk(out, i));
+  });
+  check_out("DRAM get");
+  dram.reset();
 
-  const fs::path sync_root = work / ("sync-" + std::to_string(layers));
-  {
-    DiskTier disk(sync_root, params);
-    report("disk tier put, fsync (1 thread)", total, seconds_of([&] {
-             for (size_t i = 0; i < n; ++i) disk.put(keys[i], blk(data, i));
-           }));
-    report("disk tier get, page cache (1 thread)", total, seconds_of([&] {
-             for (size_t i = 0; i < n; ++i) disk.get(keys[i], blk(out, i));
-           }));
-    verify("disk get");
-    drop_cached_pages(sync_root);
-    report("disk tier get, cold (1 thread)", total, seconds_of([&] {
-             for (size_t i = 0; i < n; ++i) disk.get(keys[i], blk(out, i));
-           }));
-    verify("disk get");
+  std::unique_ptr<DiskTier> disk;
+  const std::string tag = std::to_string(layers);
+  measure("disk tier put, fsync (1 thread)", total, reps,
+          [&](int r) {
+            disk.reset();
+            disk = std::make_unique<DiskTier>(fresh_root("sync-" + tag + "-" + std::to_string(r)), params);
+          },
+          [&](int) {
+            for (size_t i = 0; i < n; ++i) disk->put(keys[i], blk(data, i));
+          });
+  measure("disk tier get, page cache (1 thread)", total, reps, nothing, [&](int) {
+    for (size_t i = 0; i < n; ++i) disk->get(keys[i], blk(out, i));
+  });
+  check_out("disk get");
+  measure("disk tier get, cold (1 thread)", total, reps, [&](int) { drop_cached_pages(disk->dir()); },
+          [&](int) {
+            for (size_t i = 0; i < n; ++i) disk->get(keys[i], blk(out, i));
+          });
+  check_out("disk get");
+  measure("disk tier put, no fsync (1 thread)", total, reps,
+          [&](int r) {
+            disk.reset();
+            disk = std::make_unique<DiskTier>(fresh_root("nosync-" + tag + "-" + std::to_string(r)), params,
+                                              DiskTierOptions{.durable = false});
+          },
+          [&](int) {
+            for (size_t i = 0; i < n; ++i) disk->put(keys[i], blk(data, i));
+          });
+  disk.reset();
+
+  const std::string threads = std::to_string(a.threads) + " threads";
+  std::unique_ptr<Store> store;
+  std::vector<PutRequest> puts;
+  std::vector<GetRequest> gets;
+  for (size_t i = 0; i < n; ++i) {
+    puts.push_back({keys[i], blk(data, i)});
+    gets.push_back({keys[i], blk(out, i)});
   }
-  {
-    DiskTier disk(work / ("nosync-" + std::to_string(layers)), params, {.durable = false});
-    report("disk tier put, no fsync (1 thread)", total, seconds_of([&] {
-             for (size_t i = 0; i < n; ++i) disk.put(keys[i], blk(data, i));
-           }));
-  }
-  {
-    const std::string label = std::to_string(a.threads) + " threads";
-    Store store(work / ("async-" + std::to_string(layers)), params, {.io_threads = a.threads});
-    std::vector<PutRequest> puts;
-    std::vector<GetRequest> gets;
-    for (size_t i = 0; i < n; ++i) {
-      puts.push_back({keys[i], blk(data, i)});
-      gets.push_back({keys[i], blk(out, i)});
-    }
-    report(("store put_async, fsync (" + label + ")").c_str(), total, seconds_of([&] {
-             if (store.put_async(puts).get().count(OpStatus::stored) != n) throw Error("benchmark: async put failed");
-           }));
-    drop_cached_pages(store.disk().dir());
-    report(("store get_async, cold (" + label + ")").c_str(), total, seconds_of([&] {
-             if (store.get_async(gets).get().count(OpStatus::hit) != n) throw Error("benchmark: async get missed");
-           }));
-    verify("async get");
-  }
+  measure("store put_async, fsync (" + threads + ")", total, reps,
+          [&](int r) {
+            store.reset();
+            store = std::make_unique<Store>(fresh_root("async-" + tag + "-" + std::to_string(r)), params,
+                                            StoreOptions{.io_threads = a.threads});
+          },
+          [&](int) {
+            if (store->put_async(puts).get().count(OpStatus::stored) != n) throw Error("benchmark: async put failed");
+          });
+  measure("store get_async, cold (" + threads + ")", total, reps, [&](int) { drop_cached_pages(store->disk().dir()); },
+          [&](int) {
+            if (store->get_async(gets).get().count(OpStatus::hit) != n) throw Error("benchmark: async get missed");
+          });
+  check_out("async get");
+  store.reset();
 
   // Baseline: the same bytes as one sequential file, copied by dd in block-sized writes.
   const fs::path src = work / "dd-src", dst = work / "dd-dst";
@@ -157,13 +191,13 @@ void bench_block_size(const BenchArgs& a, const fs::path& work, int layers) {
       throw Error("benchmark: cannot write " + src.string());
   }
   const std::string bs = " bs=" + std::to_string(block) + " status=none";
-  report("dd write, one fsync at the end (conv=fsync)", total,
-         seconds_of([&] { run_shell("dd if=" + quoted(src) + " of=" + quoted(dst) + bs + " conv=fsync"); }));
-  drop_cached_pages(dst.parent_path());
-  report("dd read, cold", total, seconds_of([&] { run_shell("dd if=" + quoted(dst) + " of=/dev/null" + bs); }));
-  fs::remove(dst);
-  report("dd write, sync per block (oflag=dsync)", total,
-         seconds_of([&] { run_shell("dd if=" + quoted(src) + " of=" + quoted(dst) + bs + " oflag=dsync"); }));
+  auto remove_dst = [&](int) { fs::remove(dst); };
+  measure("dd write, one fsync at the end (conv=fsync)", total, reps, remove_dst,
+          [&](int) { run_shell("dd if=" + quoted(src) + " of=" + quoted(dst) + bs + " conv=fsync"); });
+  measure("dd read, cold", total, reps, [&](int) { drop_cached_pages(work / "dd-dst"); },
+          [&](int) { run_shell("dd if=" + quoted(dst) + " of=/dev/null" + bs); });
+  measure("dd write, sync per block (oflag=dsync)", total, reps, remove_dst,
+          [&](int) { run_shell("dd if=" + quoted(src) + " of=" + quoted(dst) + bs + " oflag=dsync"); });
   fs::remove(src);
   fs::remove(dst);
 }
@@ -176,10 +210,12 @@ void add_store_bench(CLI::App* store) {
   cmd->add_option("--dir", a->dir, "Directory on the disk to measure (a temporary folder is made inside)")
       ->capture_default_str();
   cmd->add_option("--total-mib", a->total_mib, "Bytes moved per measurement, MiB")->capture_default_str();
+  cmd->add_option("--repeat", a->repeat, "Runs of each measurement (the median is printed)")->capture_default_str();
   cmd->add_option("--threads", a->threads, "I/O threads of the asynchronous measurements")->capture_default_str();
   cmd->add_option("--layers", a->layers, "Layers per 64-token block (one run each)")->capture_default_str();
   cmd->callback([a] {
     if (!(a->total_mib > 0)) throw Error("--total-mib must be positive");
+    if (a->repeat < 1 || a->threads < 1) throw Error("--repeat and --threads must be at least 1");
     const fs::path work = fs::path(a->dir) / ("nvfp4mla-store-bench-" + std::to_string(::getpid()));
     std::error_code ec;
     fs::create_directories(work, ec);
