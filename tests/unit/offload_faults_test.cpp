@@ -176,7 +176,10 @@ TEST(OffloadFaults, PermissionErrorsAreClearAndLoseNothing) {
     ns = tier.dir();
   }
   fs::create_directories(dir.path() / "read-only");
+  // Readable by the unprivileged user whatever the umask was.
   ::chmod(dir.path().c_str(), 0755);
+  for (const auto& e : fs::recursive_directory_iterator(dir.path()))
+    fs::permissions(e.path(), e.is_directory() ? fs::perms(0755) : fs::perms(0644));
   ::chmod((dir.path() / "read-only").c_str(), 0555);
   // Root ignores permission bits: the child drops to an unprivileged user first.
   auto as_unprivileged = [](const std::function<std::string()>& scenario) {
