@@ -27,6 +27,19 @@ for step in "$@"; do
         --section MemoryWorkloadAnalysis --section Occupancy \
         "$BIN/nvfp4mla" bench decode --rows 256 --heads 128 --topk 2048 --iters 1 --warmup 3 >"$OUT/ncu.txt" 2>&1
       grep -E "Duration|Throughput|Stall|Issued|Eligible|Active Warps|Registers|Shared Memory|Bank" "$OUT/ncu.txt" | head -40 ;;
+    stalls)
+      # Where warps wait: stall reasons per issued instruction, 16-head and 128-head shapes.
+      m=smsp__average_warps_issue_stalled
+      metrics=$(for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait lg_throttle \
+                 not_selected selected dispatch_stall no_instruction imc_miss branch_resolving membar tex_throttle; do
+                 printf "%s_%s_per_issue_active.ratio," $m $r; done)
+      metrics="${metrics}sm__inst_executed.sum,smsp__inst_executed_pipe_tensor.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
+      for shape in ${STALL_SHAPES:-"128 16" "256 128"}; do
+        set -- $shape
+        ncu --clock-control none --kernel-name regex:sparse_decode --launch-skip 3 --launch-count 1 --metrics "$metrics" \
+          "$BIN/nvfp4mla" bench decode --rows $1 --heads $2 --topk 2048 --iters 1 --warmup 3 >"$OUT/stalls_$1_$2.txt" 2>&1
+        echo "== rows $1 heads $2"; grep -E "stalled|inst_executed|bank|warps_active|duration" "$OUT/stalls_$1_$2.txt" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//'
+      done ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/nvfp4mla_gpu_tests" \

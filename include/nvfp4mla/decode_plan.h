@@ -9,8 +9,9 @@
 namespace nvfp4mla {
 
 // The CTA shape for a head group (query heads per CTA = the MMA's M). Small head groups use
-// short KV tiles and few warps so that several CTAs share an SM and overlap their phases;
-// the 64-head tile needs the whole SM.
+// few warps so that several CTAs share an SM and overlap their phases; the 64-head tile needs
+// the whole SM (on sm_90 it runs as a warp-specialized kernel with the same 32-entry tiles:
+// see sparse_decode.cu).
 struct DecodeTileConfig {
   int head_group;   // 16, 32 or 64
   int warps;        // warps per CTA
@@ -20,14 +21,28 @@ struct DecodeTileConfig {
 constexpr DecodeTileConfig decode_tile_config(int head_group) {
   return head_group <= 16 ? DecodeTileConfig{16, 4, 32, 3}
        : head_group <= 32 ? DecodeTileConfig{32, 8, 32, 2}
-                          : DecodeTileConfig{64, 16, 64, 1};
+                          : DecodeTileConfig{64, 8, 32, 1};
 }
 // Shared memory of one CTA: Q and K tiles in BF16 (rows padded by 8 values), fp32 scores,
-// the raw record staging buffer (none for bf16 records, which are K rows already) and slots.
-constexpr size_t decode_smem_bytes(const DecodeTileConfig& c, int record_bytes, bool raw_is_k_row) {
+// `stages` raw record buffers (none for bf16 records, which are copied straight into the K
+// tile) and the slot ring of stages + 1 tiles.
+constexpr size_t decode_smem_bytes(const DecodeTileConfig& c, int record_bytes, bool raw_is_k_row, int stages) {
   const size_t row = (kQkDim + 8) * 2;
   return size_t(c.head_group) * row + size_t(c.tile_tokens) * row + size_t(c.head_group) * (c.tile_tokens + 8) * 4 +
-         (raw_is_k_row ? 0 : size_t(c.tile_tokens) * record_bytes) + 2 * size_t(c.tile_tokens) * 4;
+         (raw_is_k_row ? 0 : size_t(stages) * c.tile_tokens * record_bytes) + size_t(stages + 1) * c.tile_tokens * 4;
+}
+inline constexpr size_t kDecodeSmemPerSm = 228 * 1024;      // Hopper: shared memory per SM
+inline constexpr size_t kDecodeSmemPerBlock = 227 * 1024;   // ... and per CTA (opt-in maximum)
+inline constexpr size_t kDecodeSmemReservedPerCta = 1024;   // the runtime's reservation per CTA
+// Raw record stages: how many KV tiles are in flight ahead of the one being computed. As many
+// as fit (up to 4) while `min_ctas` CTAs still share an SM; bf16 records use a single tile.
+constexpr int decode_stages(const DecodeTileConfig& c, int record_bytes, bool raw_is_k_row) {
+  if (raw_is_k_row) return 1;
+  for (int s = 4; s > 1; --s) {
+    const size_t bytes = decode_smem_bytes(c, record_bytes, raw_is_k_row, s);
+    if (bytes <= kDecodeSmemPerBlock && (bytes + kDecodeSmemReservedPerCta) * c.min_ctas <= kDecodeSmemPerSm) return s;
+  }
+  return 1;
 }
 
 struct DecodePlan {
@@ -36,6 +51,7 @@ struct DecodePlan {
   int warps = 16;          // warps per CTA
   int tile_tokens = 64;    // top-k entries per KV tile
   int ctas_per_sm = 1;     // resident CTAs per SM the planner assumed
+  int stages = 1;          // raw record tiles in flight ahead of the one being computed
   int num_tiles = 0;       // ceil(topk / tile_tokens)
   int splits = 1;          // KV splits per (row, head group); 1 = no partials, no merge
   int tiles_per_split = 0;

@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "format_flags.h"
+#include "records_io.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/paged_cache.h"
@@ -20,27 +21,8 @@
 namespace nvfp4mla::cli {
 namespace {
 
-// Metadata keys the encoder writes so that a reader can tell how the records were written.
-constexpr const char* kMetaIdentity = "nvfp4mla.identity";
-constexpr const char* kMetaDescription = "nvfp4mla.format";
-// Static mode: the layer's outer scale. The identity names only the calibration file, not the
-// layer, so this catches records decoded with another layer's scale.
-constexpr const char* kMetaOuterScale = "nvfp4mla.outer_scale";
-
-std::string exact_float(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);  // 9 significant digits round-trip any fp32
-  return buf;
-}
-
 constexpr int kDefaultInspectCount = 4;
 constexpr int kValuesShownAtEachEnd = 4;
-
-// A static configuration built from a bare --layer-scale has no identity (it names no file).
-std::optional<std::string> identity_if_any(const FormatConfig& cfg) {
-  if (cfg.scale_mode() == ScaleMode::static_calibrated && cfg.calibration() == nullptr) return std::nullopt;
-  return cfg.identity();
-}
 
 // Input tokens: kv_c [N, 512] and k_pe [N, 64], both BF16, both F16 or both F32.
 struct InputTokens {
@@ -70,47 +52,10 @@ void encode_tokens(const FormatConfig& cfg, const InputTokens& in, uint8_t* reco
   write_paged_cache(cfg, batch, slots, PagedCacheView{records, in.count, 1, cfg.record_bytes()});
 }
 
-// The records tensor as a flat list of records: [N, rb] or [pages, page_size, rb].
-struct RecordRows {
-  uint8_t* data;
-  int64_t count;
-};
-
-RecordRows require_records(TensorMap& m, const std::string& origin, const FormatConfig& cfg,
-                           const MetadataMap& metadata) {
-  const Tensor& t = find_tensor(m, "records", origin, {DType::U8});
-  if (t.shape.size() != 2 && t.shape.size() != 3)
-    throw Error(origin + ": tensor 'records' has shape " + t.shape_string() +
-                "; expected [N, record_bytes] or [pages, page_size, record_bytes]");
-  const int64_t width = t.shape.back();
-  if (width != cfg.record_bytes())
-    throw Error(origin + ": records are " + std::to_string(width) + " bytes wide but the configuration (" +
-                cfg.describe() + ") expects " + std::to_string(cfg.record_bytes()) +
-                "-byte records; pass the format flags the records were written with");
-  const auto written_as = metadata.find(kMetaIdentity);
-  const auto reading_as = identity_if_any(cfg);
-  if (written_as != metadata.end() && reading_as && written_as->second != *reading_as)
-    throw Error(origin + ": records were written as " + written_as->second + " but the configuration reads " +
-                *reading_as + "; pass the format flags the records were written with");
-  const auto written_scale = metadata.find(kMetaOuterScale);
-  if (written_scale != metadata.end() && cfg.scale_mode() == ScaleMode::static_calibrated &&
-      written_scale->second != exact_float(cfg.layer_scale()))
-    throw Error(origin + ": records were written with the static outer scale " + written_scale->second +
-                " but the configuration reads them with " + exact_float(cfg.layer_scale()) +
-                "; pass the --layer (or --layer-scale) the records were written with");
-  return {m.at("records").data.data(), t.numel() / width};
-}
-
 void decode_records(const FormatConfig& cfg, const RecordRows& rows, float* kv_c, float* k_pe) {
   std::vector<int64_t> slots(static_cast<size_t>(rows.count));
   std::iota(slots.begin(), slots.end(), int64_t{0});
   gather_dequantize(cfg, PagedCacheView{rows.data, rows.count, 1, cfg.record_bytes()}, slots, kv_c, k_pe);
-}
-
-Tensor f32_tensor(std::vector<int64_t> shape, const std::vector<float>& values) {
-  Tensor t = Tensor::zeros(DType::F32, std::move(shape));
-  if (!t.data.empty()) std::memcpy(t.data.data(), values.data(), t.data.size());
-  return t;
 }
 
 // ---- encode / decode ------------------------------------------------------------------------

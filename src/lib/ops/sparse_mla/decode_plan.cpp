@@ -9,8 +9,6 @@ namespace nvfp4mla {
 
 namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-// Shared memory of a Hopper SM available to resident CTAs (228 KB, 1 KB reserved per CTA).
-constexpr size_t kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024;
 }  // namespace
 
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count, int forced_splits) {
@@ -21,8 +19,10 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   p.head_group = cfg.head_group;
   p.warps = cfg.warps;
   p.tile_tokens = cfg.tile_tokens;
-  const size_t smem = decode_smem_bytes(cfg, spec.record_bytes(), spec.dtype == CacheDtype::bf16) + kSmemReservedPerCta;
-  p.ctas_per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(cfg.min_ctas, kSmemPerSm / smem)));
+  const bool raw_is_k_row = spec.dtype == CacheDtype::bf16;
+  p.stages = decode_stages(cfg, spec.record_bytes(), raw_is_k_row);
+  const size_t smem = decode_smem_bytes(cfg, spec.record_bytes(), raw_is_k_row, p.stages) + kDecodeSmemReservedPerCta;
+  p.ctas_per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(cfg.min_ctas, kDecodeSmemPerSm / smem)));
   p.num_head_groups = (heads + p.head_group - 1) / p.head_group;
   p.num_tiles = (topk + p.tile_tokens - 1) / p.tile_tokens;
   int splits;

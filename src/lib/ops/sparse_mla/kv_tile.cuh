@@ -62,11 +62,49 @@ __device__ __forceinline__ void e4m3x16_scaled(const uint8_t* src, float scale, 
   }
 }
 
-// Two E2M1 nibbles (one byte) as FP16 bit patterns: sign to bit 15, exponent and mantissa to
-// bits 10..9. The FP16 value is exactly e2m1 * 2^-14 (normal and subnormal alike).
-__device__ __forceinline__ float2 e2m1x2_times_2pow_m14(uint32_t byte) {
-  const uint32_t h2 = ((byte & 0x7u) << 9) | ((byte & 0x8u) << 12) | ((byte & 0x70u) << 21) | ((byte & 0x80u) << 24);
-  return __half22float2(*reinterpret_cast<const __half2*>(&h2));
+// Eight BF16 values of one NVFP4 group, (e2m1[c] * d) * s for the 8 magnitudes c, as byte
+// tables for __byte_perm: hi[0..1] hold the high bytes of c = 0..7, lo[0..1] the low bytes.
+// Building the table costs 8 products per 16 elements; each element is then a byte lookup.
+struct E2m1Table {
+  uint32_t hi[2], lo[2];
+};
+__device__ __forceinline__ E2m1Table e2m1_table(float d, float s, bool unit) {
+  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float a = mag[2 * k] * d, b = mag[2 * k + 1] * d;  // exact
+    if (!unit) {
+      a *= s;
+      b *= s;
+    }
+    w[k] = ptx::pack_bf16x2(a, b);
+  }
+  E2m1Table t;
+  t.hi[0] = __byte_perm(w[0], w[1], 0x7531);
+  t.hi[1] = __byte_perm(w[2], w[3], 0x7531);
+  t.lo[0] = __byte_perm(w[0], w[1], 0x6420);
+  t.lo[1] = __byte_perm(w[2], w[3], 0x6420);
+  return t;
+}
+
+// Eight E2M1 nibbles (element j in bits 4j..4j+3) to eight BF16 values (four packed words):
+// magnitudes by table lookup, signs moved from bit 3 of each nibble to bit 15 of each value.
+__device__ __forceinline__ void e2m1x8_lookup(uint32_t nib, const E2m1Table& t, uint32_t (&out)[4]) {
+  const uint32_t sign_odd = nib & 0x88888888u;  // byte k's msb: sign of element 2k + 1
+  const uint32_t sign_even = sign_odd << 4;     // byte k's msb: sign of element 2k
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t sel = (nib >> (16 * half)) & 0x7777u;
+    const uint32_t hi = __byte_perm(t.hi[0], t.hi[1], sel), lo = __byte_perm(t.lo[0], t.lo[1], sel);
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const int k = 2 * half + p;  // output word: elements 2k, 2k + 1
+      const uint32_t v = __byte_perm(lo, hi, p == 0 ? 0x5140 : 0x7362);
+      const uint32_t sg = __byte_perm(sign_even, sign_odd, 0x4000 + 0x1010 * k);
+      out[k] = v | (sg & 0x80008000u);
+    }
+  }
 }
 
 // Dequantize unit `u` (0..35) of one record into dst (16 BF16 values of the K row).
@@ -79,21 +117,15 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
       float s = 1.0f;
       if constexpr (F::spec.scale_mode == ScaleMode::dynamic) s = load_f32_aligned(rec + L::kTokenScaleOffset);
       if constexpr (F::spec.scale_mode == ScaleMode::static_calibrated) s = layer_scale;
-      // (e2m1 * d) * s, with e2m1 * d formed as (e2m1 * 2^-14) * (d * 2^14): both factors and
-      // the product are exact, so this equals the reader expression of record.h.
-      const float d14 = codec::e4m3_decode(rec[L::kGroupScaleOffset + u]) * 16384.0f;
+      // (e2m1 * d) * s per element, exactly the reader expression of record.h, then BF16.
+      const float d = codec::e4m3_decode(rec[L::kGroupScaleOffset + u]);
+      const E2m1Table table = e2m1_table(d, s, F::spec.scale_mode == ScaleMode::implicit);
       const uint2 nib = *reinterpret_cast<const uint2*>(rec + L::kLatentOffset + 8 * u);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float2 e = e2m1x2_times_2pow_m14(((i < 4 ? nib.x : nib.y) >> (8 * (i % 4))) & 0xFFu);
-        v[2 * i] = e.x * d14;
-        v[2 * i + 1] = e.y * d14;
-        if constexpr (F::spec.scale_mode != ScaleMode::implicit) {
-          v[2 * i] *= s;
-          v[2 * i + 1] *= s;
-        }
-      }
-      store_16_bf16(dst, v);
+      uint32_t w0[4], w1[4];
+      e2m1x8_lookup(nib.x, table, w0);
+      e2m1x8_lookup(nib.y, table, w1);
+      reinterpret_cast<uint4*>(dst)[0] = make_uint4(w0[0], w0[1], w0[2], w0[3]);
+      reinterpret_cast<uint4*>(dst)[1] = make_uint4(w1[0], w1[1], w1[2], w1[3]);
     } else if constexpr (F::spec.rope == RopeEncoding::fp8) {
       e4m3x16_scaled(rec + L::kRopeOffset + 16 * (u - kLatentUnits), load_f32_aligned(rec + L::kRopeScaleOffset), v);
       store_16_bf16(dst, v);
@@ -102,6 +134,11 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
       reinterpret_cast<uint4*>(dst)[0] = src[0];
       reinterpret_cast<uint4*>(dst)[1] = src[1];
     }
+  } else if constexpr (F::spec.dtype == CacheDtype::bf16) {
+    // A bf16 record is a K row already: unit u is bytes [32u, 32u + 32).
+    const uint4* src = reinterpret_cast<const uint4*>(rec + 32 * u);
+    reinterpret_cast<uint4*>(dst)[0] = src[0];
+    reinterpret_cast<uint4*>(dst)[1] = src[1];
   } else if constexpr (F::spec.dtype == CacheDtype::fp8_ds_mla) {
     namespace L = layout::fp8;
     if (u < kLatentUnits) {

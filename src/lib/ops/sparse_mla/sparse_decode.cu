@@ -54,14 +54,16 @@ struct DecodeParams {
 template <int NB, class F>
 struct DecodeSmem {
   static constexpr int HG = 16 * NB, BN = kConfig<NB>.tile_tokens, kScoreStride = BN + 8;
+  static constexpr int stages = decode_stages(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow);
   static constexpr size_t q_bytes = size_t(HG) * kRowStride * 2;
   static constexpr size_t k_bytes = size_t(BN) * kRowStride * 2;
   static constexpr size_t s_bytes = size_t(HG) * kScoreStride * 4;
-  static constexpr size_t raw_bytes = F::kRawIsKRow ? 0 : size_t(BN) * F::kRecordBytes;
-  static constexpr size_t tok_bytes = 2 * BN * 4;
+  static constexpr size_t raw_stage_bytes = F::kRawIsKRow ? 0 : size_t(BN) * F::kRecordBytes;
+  static constexpr size_t tok_bytes = size_t(stages + 1) * BN * 4;
   static constexpr size_t k_off = q_bytes, s_off = k_off + k_bytes, raw_off = s_off + s_bytes,
-                          tok_off = raw_off + raw_bytes, total = tok_off + tok_bytes;
-  static_assert(total == decode_smem_bytes(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow));
+                          tok_off = raw_off + stages * raw_stage_bytes, total = tok_off + tok_bytes;
+  static_assert(total == decode_smem_bytes(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow, stages));
+  static_assert(total <= kDecodeSmemPerBlock);
 };
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -81,18 +83,119 @@ __device__ __forceinline__ int32_t entry_slot(const DecodeParams& p, int row, in
 
 // Start the asynchronous copy of a tile's raw records whose slots are in `tok` (into the raw
 // buffer, or straight into the K tile for bf16 records).
-template <class F, int kThreads, int kTile>
-__device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_t* tok, uint8_t* raw) {
+template <class F, int kThreads, int kTile, bool kIntoKRows = F::kRawIsKRow>
+__device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_t* tok, uint8_t* raw,
+                                             int thread = threadIdx.x) {
   constexpr int chunks = F::kRecordBytes / 16;
-  for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
+  for (int c = thread; c < kTile * chunks; c += kThreads) {
     const int t = c / chunks, ch = c % chunks;
     const int32_t slot = tok[t];
     if (slot < 0) continue;
     const uint8_t* src = p.cache + static_cast<int64_t>(slot) * F::kRecordBytes + 16 * ch;
-    uint8_t* dst = F::kRawIsKRow ? raw + (size_t(t) * kRowStride * 2 + 16 * ch) : raw + (size_t(t) * F::kRecordBytes + 16 * ch);
+    uint8_t* dst = kIntoKRows ? raw + (size_t(t) * kRowStride * 2 + 16 * ch) : raw + (size_t(t) * F::kRecordBytes + 16 * ch);
     ptx::cp_async_16(dst, src);
   }
   ptx::cp_async_commit();
+}
+
+// Online softmax state of one thread: rows g and g + 8 of its warp's 16-head block. l sums the
+// fp32 weights (for the LSE); l_out sums the BF16-rounded weights the PV product uses (for
+// normalizing the output).
+struct SoftmaxState {
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, l_out[2] = {0.0f, 0.0f};
+};
+
+// One tile of the online softmax (base 2). `s` holds the tile's logits (scaled, -inf where
+// masked) in the MMA accumulator layout; on return it holds the BF16-rounded weights, and the
+// output accumulators are rescaled to the new running maximum.
+template <int NT, int NT_O>
+__device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    const float m_new = fmaxf(st.m[r], mx);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = ptx::exp2_approx(st.m[r] - m_use);
+    st.m[r] = m_new;
+    float sum = 0.0f, sum_rounded = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use);
+      s[j][2 * r] = round_bf16(e0);
+      s[j][2 * r + 1] = round_bf16(e1);
+      sum += e0 + e1;
+      sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    st.l[r] = st.l[r] * alpha + sum;
+    st.l_out[r] = st.l_out[r] * alpha + sum_rounded;
+#pragma unroll
+    for (int i = 0; i < NT_O; ++i) {
+      o[i][2 * r] *= alpha;
+      o[i][2 * r + 1] *= alpha;
+    }
+  }
+}
+
+// O += P V for a tile of NT * 8 entries: P (the weights in `s`) is the A operand straight from
+// registers; V rows come from the K tile (`k_tile`, row stride kRowStride) by transposing
+// ldmatrix, output dims [dim0, dim0 + 8 * NT_O).
+template <int NT, int NT_O>
+__device__ __forceinline__ void pv_update(const float (&s)[NT][4], const __nv_bfloat16* k_tile, int dim0, int lane,
+                                          float (&o)[NT_O][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                           ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                           ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const __nv_bfloat16* v_base = k_tile + (kk * 16 + (lane & 15)) * kRowStride + dim0 + (lane >> 4) * 8;
+#pragma unroll
+    for (int n = 0; n < NT_O; n += 2) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, v_base + n * 8);
+      ptx::mma_bf16_16816(o[n], a, b[0], b[1]);
+      ptx::mma_bf16_16816(o[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
+// the final BF16 output and LSE when there is one split, else this split's fp32 partial.
+template <int NT_O>
+__device__ __forceinline__ void store_outputs(const DecodeParams& p, const SoftmaxState& st, const float (&o)[NT_O][4],
+                                              int row, int head0, int heads_here, int hb, int dim0, bool writes_lse,
+                                              int split, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r], lo = st.l_out[r];
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 1);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 2);
+    const int h = hb * 16 + g + 8 * r;
+    if (h >= heads_here) continue;
+    const float inv = lo > 0.0f ? 1.0f / lo : 0.0f;
+    const float lse2 = l > 0.0f ? st.m[r] + log2f(l) : -INFINITY;
+    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
+    if (p.splits == 1) {
+      __nv_bfloat16* dst = p.out + rh * kLatentDim + dim0 + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n)
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = ptx::pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (writes_lse && t4 == 0) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
+    } else {
+      const int64_t ps = rh * p.splits + split;
+      float* dst = p.part_out + ps * kLatentDim + dim0 + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (writes_lse && t4 == 0) p.part_lse[ps] = lse2;
+    }
+  }
 }
 
 template <int NB, class F>
@@ -134,30 +237,39 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
     if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
     *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
   }
-  // Slots travel one tile ahead in a register of the first 64 threads (their index loads
-  // overlap a whole tile of work) and are published in sTok one tile before their copies.
+  // Raw records travel kStages tiles ahead of the computed tile (a ring of kStages buffers, one
+  // cp.async group per tile, empty groups past the end keep the count uniform). Slots travel
+  // one step further: a register of the first kTile threads holds the slots of the next tile
+  // to publish, so their index loads overlap a whole tile of work; sTok is a ring of
+  // kStages + 1 tiles (the computed one and those in flight).
+  constexpr int kStages = Smem::stages;
+  constexpr int kTokRing = kStages + 1;
+  auto raw_of = [&](int t) { return F::kRawIsKRow ? sRaw : sRaw + size_t(t % kStages) * Smem::raw_stage_bytes; };
+  auto tok_of = [&](int t) { return sTok + (t % kTokRing) * kTile; };
   int32_t next_slot = -1;
-  if (tid < kTile && tile_begin < tile_end) {
-    sTok[(tile_begin & 1) * kTile + tid] = entry_slot(p, row, len, tile_begin * kTile + tid);
-    if (tile_begin + 1 < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + 1) * kTile + tid);
+  if (tid < kTile) {
+    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) tok_of(t)[tid] = entry_slot(p, row, len, t * kTile + tid);
+    if (tile_begin + kStages < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + kStages) * kTile + tid);
   }
   __syncthreads();
-  if (tile_begin < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + (tile_begin & 1) * kTile, sRaw);
+  for (int t = tile_begin; t < tile_begin + kStages; ++t) {
+    if (t < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(t), raw_of(t));
+    else ptx::cp_async_commit();
+  }
 
   float o[NT_O][4];
 #pragma unroll
   for (int i = 0; i < NT_O; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  // l_run sums the fp32 weights (for the LSE); l_out sums the BF16-rounded weights the PV
-  // product actually uses (for normalizing the output).
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, l_out[2] = {0.0f, 0.0f};
+  SoftmaxState st;
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int32_t* tok = sTok + (tile & 1) * kTile;
-    ptx::cp_async_wait_all();
+    const int32_t* tok = tok_of(tile);
+    const uint8_t* raw = raw_of(tile);
+    ptx::cp_async_wait_group<kStages - 1>();
     __syncthreads();
-    if (tid < kTile && tile + 1 < tile_end) {
-      sTok[((tile + 1) & 1) * kTile + tid] = next_slot;
-      next_slot = tile + 2 < tile_end ? entry_slot(p, row, len, (tile + 2) * kTile + tid) : -1;
+    if (tid < kTile && tile + kStages < tile_end) {
+      tok_of(tile + kStages)[tid] = next_slot;
+      next_slot = tile + kStages + 1 < tile_end ? entry_slot(p, row, len, (tile + kStages + 1) * kTile + tid) : -1;
     }
     // 1. Dequantize into the K tile; masked entries become zero rows. Latent groups and RoPE
     //    chunks run in separate loops so that no warp diverges between the two paths.
@@ -169,7 +281,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       } else if (tok[t] < 0) {
         store_16_zero(dst);
       } else if constexpr (!F::kRawIsKRow) {
-        dequant_unit<F>(sRaw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+        dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
       }
     }
     constexpr int kRopeUnits = kUnitsPerRow - kLatentUnits;
@@ -179,12 +291,13 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       if (tok[t] < 0) {
         store_16_zero(dst);
       } else if constexpr (!F::kRawIsKRow) {
-        dequant_unit<F>(sRaw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+        dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
       }
     }
     __syncthreads();
-    if constexpr (!F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
+    if constexpr (!F::kRawIsKRow) {  // the buffer just dequantized takes tile + kStages
+      if (tile + kStages < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + kStages), raw_of(tile + kStages));
+      else ptx::cp_async_commit();
     }
 
     // 2. Scores of this warp's columns.
@@ -233,86 +346,195 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       s[j][2] = v0 ? hi.x * p.scale_log2 : -INFINITY;
       s[j][3] = v1 ? hi.y * p.scale_log2 : -INFINITY;
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kTile / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-      const float m_new = fmaxf(m_run[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2f(m_run[r] - m_use);
-      m_run[r] = m_new;
-      float sum = 0.0f, sum_rounded = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kTile / 8; ++j) {
-        const float e0 = exp2f(s[j][2 * r] - m_use), e1 = exp2f(s[j][2 * r + 1] - m_use);
-        s[j][2 * r] = round_bf16(e0);
-        s[j][2 * r + 1] = round_bf16(e1);
-        sum += e0 + e1;
-        sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
-      }
-      l_run[r] = l_run[r] * alpha + sum;
-      l_out[r] = l_out[r] * alpha + sum_rounded;
-#pragma unroll
-      for (int i = 0; i < NT_O; ++i) {
-        o[i][2 * r] *= alpha;
-        o[i][2 * r + 1] *= alpha;
-      }
-    }
+    softmax_update(s, st, o);
 
     // 4. O += P V over this warp's output dims.
-    const int dim0 = part * DPW;
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      if (p.debug_skip & 4) break;
-      const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                             ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const __nv_bfloat16* v_base = sK + (kk * 16 + (lane & 15)) * kRowStride + dim0 + (lane >> 4) * 8;
-#pragma unroll
-      for (int n = 0; n < NT_O; n += 2) {
-        uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, v_base + n * 8);
-        ptx::mma_bf16_16816(o[n], a, b[0], b[1]);
-        ptx::mma_bf16_16816(o[n + 1], a, b[2], b[3]);
-      }
-    }
+    if (!(p.debug_skip & 4)) pv_update(s, sK, part * DPW, lane, o);
     __syncthreads();
-    if constexpr (F::kRawIsKRow) {
-      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, sTok + ((tile + 1) & 1) * kTile, sRaw);
+    if constexpr (F::kRawIsKRow) {  // the K tile is free again: it takes the next tile's rows
+      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + 1), sRaw);
+      else ptx::cp_async_commit();
     }
   }
 
-  // Epilogue: normalize, write the final output or this split's partial.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r], lo = l_out[r];
-    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
-    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
-    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 1);
-    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 2);
-    const int h = hb * 16 + g + 8 * r;
-    if (h >= heads_here) continue;
-    const float inv = lo > 0.0f ? 1.0f / lo : 0.0f;
-    const float lse2 = l > 0.0f ? m_run[r] + log2f(l) : -INFINITY;
-    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
-    if (p.splits == 1) {
-      __nv_bfloat16* dst = p.out + rh * kLatentDim + part * DPW + 2 * t4;
-#pragma unroll
-      for (int n = 0; n < NT_O; ++n)
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = ptx::pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-      if (part == 0 && t4 == 0) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
-    } else {
-      const int64_t ps = rh * p.splits + split;
-      float* dst = p.part_out + ps * kLatentDim + part * DPW + 2 * t4;
-#pragma unroll
-      for (int n = 0; n < NT_O; ++n)
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-      if (part == 0 && t4 == 0) p.part_lse[ps] = lse2;
-    }
+  store_outputs(p, st, o, row, head0, heads_here, hb, part * DPW, part == 0, split, lane);
+}
+
+// ---- warp-specialized decode for 64-head tiles (sm_90) ---------------------------------------
+//
+// Three warpgroups: a producer warpgroup gathers raw records (cp.async, kStages tiles ahead) and
+// dequantizes each 32-entry tile into one of two K buffers, while two consumer warpgroups run
+// S = Q K^T, the softmax and O += P V on the other buffer, so dequantization overlaps the
+// matrix work. Consumer warp c owns heads 16 * (c % 4) .. +16 and half c / 4 of the work: for
+// S it sums the dims [288 * half, +288) (the halves add their partial scores through shared
+// memory), for O it owns output dims [256 * half, +256). Full/empty handoffs use named
+// barriers; setmaxnreg moves registers from the producer to the consumers.
+constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 384, kWsConsumers = 256;
+constexpr int kWsScoreStride = kWsTile + 8;
+constexpr int kBarConsumer = 1, kBarProducer = 2, kBarFull0 = 3, kBarEmpty0 = 5;
+static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
+
+template <class F>
+struct WsSmem {
+  static constexpr size_t q_bytes = size_t(kWsHeads) * kRowStride * 2;
+  static constexpr size_t k_buf_bytes = size_t(kWsTile) * kRowStride * 2;
+  static constexpr size_t sp_bytes = size_t(2) * 2 * kWsHeads * kWsScoreStride * 4;  // [buffer][half]
+  static constexpr size_t valid_bytes = size_t(2) * kWsTile * 4;
+  static constexpr size_t raw_stage_bytes = size_t(kWsTile) * F::kRecordBytes;
+  static constexpr size_t fixed = q_bytes + 2 * k_buf_bytes + sp_bytes + valid_bytes;
+  static constexpr size_t bytes_for(int stages) { return fixed + stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4; }
+  static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
+                                : bytes_for(3) <= kDecodeSmemPerBlock ? 3
+                                : bytes_for(2) <= kDecodeSmemPerBlock ? 2
+                                                                      : 1;
+  static constexpr size_t k_off = q_bytes, sp_off = k_off + 2 * k_buf_bytes, valid_off = sp_off + sp_bytes,
+                          raw_off = valid_off + valid_bytes, slot_off = raw_off + stages * raw_stage_bytes,
+                          total = bytes_for(stages);
+  static_assert(total <= kDecodeSmemPerBlock);
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NVFP4MLA_SETMAXNREG(dir, n) asm volatile("setmaxnreg." #dir ".sync.aligned.u32 %0;\n" ::"n"(n))
+#else
+#define NVFP4MLA_SETMAXNREG(dir, n)
+#endif
+
+template <class F>
+__global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
+  using Smem = WsSmem<F>;
+  constexpr int kStages = Smem::stages, kSlotRing = kStages + 1;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
+  float* sP = reinterpret_cast<float*>(smem + Smem::sp_off);
+  int32_t* sValid = reinterpret_cast<int32_t*>(smem + Smem::valid_off);
+  uint8_t* sRaw = smem + Smem::raw_off;
+  int32_t* sSlot = reinterpret_cast<int32_t*>(smem + Smem::slot_off);
+
+  const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
+  const int heads_here = min(kWsHeads, p.heads - head0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int len = row_length(p, row);
+  const int tile_begin = split * p.tiles_per_split;
+  const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
+  auto k_buf = [&](int i) { return sK + (i & 1) * kWsTile * kRowStride; };
+  auto slot_of = [&](int t) { return sSlot + (t % kSlotRing) * kWsTile; };
+  auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
+
+  constexpr int q_chunks = kQkDim / 8;
+  for (int c = tid; c < kWsHeads * q_chunks; c += kWsThreads) {
+    const int h = c / q_chunks, ch = c % q_chunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
+    *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
   }
+  const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
+  int32_t next_slot = -1;
+  if (ptid >= 0 && ptid < kWsTile) {
+    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t)
+      slot_of(t)[ptid] = entry_slot(p, row, len, t * kWsTile + ptid);
+    if (tile_begin + kStages < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + kStages) * kWsTile + ptid);
+  }
+  __syncthreads();
+
+  if (ptid >= 0) {
+    // ---- producer warpgroup ----
+    NVFP4MLA_SETMAXNREG(dec, 40);
+    constexpr int kProducers = kWsThreads - kWsConsumers;
+    for (int t = tile_begin; t < tile_begin + kStages; ++t) {
+      if (t < tile_end) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(t), raw_of(t), ptid);
+      else ptx::cp_async_commit();
+    }
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+      const int i = tile - tile_begin;
+      if (i >= 2) ptx::named_barrier_sync(kBarEmpty0 + (i & 1), kWsThreads);  // consumers left this buffer
+      ptx::cp_async_wait_group<kStages - 1>();
+      ptx::named_barrier_sync(kBarProducer, kProducers);  // every producer's copies of this tile landed
+      if (ptid < kWsTile && tile + kStages < tile_end) {
+        slot_of(tile + kStages)[ptid] = next_slot;
+        next_slot = tile + kStages + 1 < tile_end ? entry_slot(p, row, len, (tile + kStages + 1) * kWsTile + ptid) : -1;
+      }
+      const int32_t* slots = slot_of(tile);
+      const uint8_t* raw = raw_of(tile);
+      __nv_bfloat16* kt = k_buf(i);
+      for (int u = ptid; u < kWsTile * kUnitsPerRow; u += kProducers) {
+        const int t = u / kUnitsPerRow, k = u % kUnitsPerRow;
+        __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
+        if (slots[t] < 0) store_16_zero(dst);
+        else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      }
+      if (ptid < kWsTile) sValid[(i & 1) * kWsTile + ptid] = slots[ptid] >= 0;
+      __threadfence_block();
+      ptx::named_barrier_arrive(kBarFull0 + (i & 1), kWsThreads);
+      ptx::named_barrier_sync(kBarProducer, kProducers);  // all reads of this raw stage are done
+      if (tile + kStages < tile_end) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(tile + kStages), raw_of(tile + kStages), ptid);
+      else ptx::cp_async_commit();
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  NVFP4MLA_SETMAXNREG(inc, 232);
+  const int hb = warp & 3, half = warp >> 2;
+  const int g = lane >> 2, t4 = lane & 3;
+  constexpr int NT = kWsTile / 8;  // score n-tiles per tile
+  constexpr int NT_O = 256 / 8;    // output n-tiles per warp
+  float o[NT_O][4];
+#pragma unroll
+  for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  SoftmaxState st;
+  const __nv_bfloat16* q_base = sQ + (hb * 16 + (lane & 15)) * kRowStride + half * 288 + (lane >> 4) * 8;
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int i = tile - tile_begin;
+    const __nv_bfloat16* kt = k_buf(i);
+    ptx::named_barrier_sync(kBarFull0 + (i & 1), kWsThreads);
+    // Partial scores over this half's 288 dims.
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const __nv_bfloat16* k_base = kt + ((lane & 7) + ((lane >> 4) << 3)) * kRowStride + half * 288 + ((lane >> 3) & 1) * 8;
+#pragma unroll 3
+    for (int kk = 0; kk < 288 / 16; ++kk) {
+      uint32_t a[4];
+      ptx::ldmatrix_x4(a, q_base + kk * 16);
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4(b, k_base + j * 8 * kRowStride + kk * 16);
+        ptx::mma_bf16_16816(acc[j], a, b[0], b[1]);
+        ptx::mma_bf16_16816(acc[j + 1], a, b[2], b[3]);
+      }
+    }
+    float* sp_mine = sP + ((i & 1) * 2 + half) * kWsHeads * kWsScoreStride;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float* s0 = sp_mine + (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(s0) = make_float2(acc[j][0], acc[j][1]);
+      *reinterpret_cast<float2*>(s0 + 8 * kWsScoreStride) = make_float2(acc[j][2], acc[j][3]);
+    }
+    ptx::named_barrier_sync(kBarConsumer, kWsConsumers);
+    // Full scores = half 0 + half 1 (the same order in both warps of a pair), scaled and masked.
+    const float* sp0 = sP + ((i & 1) * 2) * kWsHeads * kWsScoreStride;
+    const float* sp1 = sp0 + kWsHeads * kWsScoreStride;
+    const int32_t* valid = sValid + (i & 1) * kWsTile;
+    float s[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int off = (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
+      const float2 a_lo = *reinterpret_cast<const float2*>(sp0 + off), b_lo = *reinterpret_cast<const float2*>(sp1 + off);
+      const float2 a_hi = *reinterpret_cast<const float2*>(sp0 + off + 8 * kWsScoreStride);
+      const float2 b_hi = *reinterpret_cast<const float2*>(sp1 + off + 8 * kWsScoreStride);
+      const bool v0 = valid[j * 8 + 2 * t4] != 0, v1 = valid[j * 8 + 2 * t4 + 1] != 0;
+      s[j][0] = v0 ? (a_lo.x + b_lo.x) * p.scale_log2 : -INFINITY;
+      s[j][1] = v1 ? (a_lo.y + b_lo.y) * p.scale_log2 : -INFINITY;
+      s[j][2] = v0 ? (a_hi.x + b_hi.x) * p.scale_log2 : -INFINITY;
+      s[j][3] = v1 ? (a_hi.y + b_hi.y) * p.scale_log2 : -INFINITY;
+    }
+    softmax_update(s, st, o);
+    pv_update(s, kt, half * 256, lane, o);
+    if (tile + 2 < tile_end) ptx::named_barrier_arrive(kBarEmpty0 + (i & 1), kWsThreads);  // buffer free
+  }
+  store_outputs(p, st, o, row, head0, heads_here, hb, half * 256, half == 0, split, lane);
 }
 
 // Combine the splits of one (row, head): weights 2^(lse_s - max), output = weighted mean.
@@ -375,11 +597,37 @@ void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_
 }
 
 template <class F>
+void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
+  using Smem = WsSmem<F>;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    check(cudaFuncSetAttribute(sparse_decode_ws_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Smem::total)),
+          "sparse decode: shared memory opt-in");
+  });
+  const dim3 grid(rows, head_groups, p.splits);
+  sparse_decode_ws_kernel<F><<<grid, kWsThreads, Smem::total, stream>>>(p);
+  check_launch("sparse decode (warp-specialized) kernel launch");
+}
+
+// The warp-specialized kernel needs sm_90a (setmaxnreg); other GPUs run the portable kernel.
+bool current_device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "compute capability");
+  static const bool force_portable = std::getenv("NVFP4MLA_PORTABLE_DECODE") != nullptr;
+  return major == 9 && minor == 0 && !force_portable;
+}
+
+template <class F>
 void dispatch_heads(const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
   switch (plan.head_group) {
     case 16: return launch_decode<1, F>(p, rows, plan.num_head_groups, stream);
     case 32: return launch_decode<2, F>(p, rows, plan.num_head_groups, stream);
-    case 64: return launch_decode<4, F>(p, rows, plan.num_head_groups, stream);
+    case 64:
+      if (current_device_is_sm90()) return launch_decode_ws<F>(p, rows, plan.num_head_groups, stream);
+      return launch_decode<4, F>(p, rows, plan.num_head_groups, stream);
     default: throw Error("sparse decode: head group must be 16, 32 or 64");
   }
 }
