@@ -362,14 +362,14 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 
 // ---- warp-specialized decode for 64-head tiles (sm_90) ---------------------------------------
 //
-// Three warpgroups: a producer warpgroup gathers raw records (cp.async, kStages tiles ahead) and
-// dequantizes each 32-entry tile into one of two K buffers, while two consumer warpgroups run
+// Four warpgroups: two producer warpgroups gather raw records (cp.async, kStages tiles ahead)
+// and dequantize each 32-entry tile into one of two K buffers, while two consumer warpgroups run
 // S = Q K^T, the softmax and O += P V on the other buffer, so dequantization overlaps the
 // matrix work. Consumer warp c owns heads 16 * (c % 4) .. +16 and half c / 4 of the work: for
 // S it sums the dims [288 * half, +288) (the halves add their partial scores through shared
 // memory), for O it owns output dims [256 * half, +256). Full/empty handoffs use named
 // barriers; setmaxnreg moves registers from the producer to the consumers.
-constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 384, kWsConsumers = 256;
+constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256;
 constexpr int kWsScoreStride = kWsTile + 8;
 constexpr int kBarConsumer = 1, kBarProducer = 2, kBarFull0 = 3, kBarEmpty0 = 5;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
@@ -438,8 +438,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   __syncthreads();
 
   if (ptid >= 0) {
-    // ---- producer warpgroup ----
-    NVFP4MLA_SETMAXNREG(dec, 40);
+    // ---- producer warpgroups ----
+    NVFP4MLA_SETMAXNREG(dec, 56);
     constexpr int kProducers = kWsThreads - kWsConsumers;
     for (int t = tile_begin; t < tile_begin + kStages; ++t) {
       if (t < tile_end) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(t), raw_of(t), ptid);
@@ -457,8 +457,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       const int32_t* slots = slot_of(tile);
       const uint8_t* raw = raw_of(tile);
       __nv_bfloat16* kt = k_buf(i);
-      for (int u = ptid; u < kWsTile * kUnitsPerRow; u += kProducers) {
-        const int t = u / kUnitsPerRow, k = u % kUnitsPerRow;
+      // Latent groups and RoPE chunks in separate loops: no warp diverges between the paths.
+      for (int u = ptid; u < kWsTile * kLatentUnits; u += kProducers) {
+        const int t = u / kLatentUnits, k = u % kLatentUnits;
+        __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
+        if (slots[t] < 0) store_16_zero(dst);
+        else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      }
+      for (int u = ptid; u < kWsTile * (kUnitsPerRow - kLatentUnits); u += kProducers) {
+        const int t = u / (kUnitsPerRow - kLatentUnits), k = kLatentUnits + u % (kUnitsPerRow - kLatentUnits);
         __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
         if (slots[t] < 0) store_16_zero(dst);
         else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
@@ -474,7 +481,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   }
 
   // ---- consumer warpgroups ----
-  NVFP4MLA_SETMAXNREG(inc, 232);
+  NVFP4MLA_SETMAXNREG(inc, 200);
   const int hb = warp & 3, half = warp >> 2;
   const int g = lane >> 2, t4 = lane & 3;
   constexpr int NT = kWsTile / 8;  // score n-tiles per tile
