@@ -29,7 +29,8 @@ struct TokenBatch {
 };
 
 // Write T tokens through an int64 slot mapping. Negative slots are skipped (padded CUDA-graph
-// slots); a slot >= capacity throws Error naming it, before anything is written.
+// slots); a slot >= capacity throws Error naming it, before anything is written. When a slot
+// appears twice, the later token's record is the one kept.
 template <class In>
 void write_paged_cache(const FormatConfig& cfg, const TokenBatch<In>& tokens,
                        std::span<const int64_t> slot_mapping, const PagedCacheView& cache);

@@ -39,9 +39,18 @@ inline bool sparse_entry_valid(const SparseMlaArgs& a, int row, int pos) {
   return idx >= 0 && idx < a.capacity;
 }
 
+struct ReferenceOptions {
+  // Round the dequantized K and V to BF16 first, as the GPU kernels do for their BF16 matrix
+  // operands (exact for bf16 and fp8_ds_mla records and for unit-scale NVFP4 latents; one
+  // rounding for scaled NVFP4 latents and FP8 RoPE). Tests use it to compare kernels on the
+  // same operands; the evaluation uses the exact dequantized values.
+  bool bf16_operands = false;
+};
+
 // CPU reference (fp64 accumulation over the dequantized records): out fp32 [rows, heads, 512],
 // lse fp32 [rows, heads]. Throws Error for inconsistent arguments.
-void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& args, float* out, float* lse);
+void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& args, float* out, float* lse,
+                          const ReferenceOptions& options = {});
 
 // Checks shapes and pointers shared by every implementation; throws Error.
 void validate_sparse_mla_args(const RecordSpec& spec, const SparseMlaArgs& args);

@@ -1,6 +1,154 @@
-// Not written yet: registers nothing.
+// nvfp4mla bench decode|write: GPU benchmarks with the device ceilings measured in the same run.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "commands.h"
+#include "nvfp4mla/bench.h"
+#include "nvfp4mla/config.h"
+#include "nvfp4mla/error.h"
 
 namespace nvfp4mla::cli {
-void add_bench_command(CLI::App&) {}
+namespace {
+
+struct BenchFlags {
+  std::string cache_dtype = "nvfp4_ds_mla", rope = "fp8", scale_mode = "dynamic";
+  bool all_formats = false;
+  std::vector<int> rows, heads, topk;
+  int splits = 0;
+  int64_t tokens = 1 << 20;
+  int warmup = 3, iters = 20;
+  std::string json_path;
+};
+
+std::vector<RecordSpec> specs_of(const BenchFlags& f) {
+  if (f.all_formats)
+    return {kSpecBf16, kSpecFp8, kSpecNvfp4Bf16Rope, {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::static_calibrated},
+            kSpecNvfp4Fp8Rope, {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::static_calibrated},
+            {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::dynamic}};
+  FormatOptions o;
+  o.cache_dtype = parse_cache_dtype(f.cache_dtype);
+  if (o.cache_dtype == CacheDtype::nvfp4_ds_mla) {
+    o.rope = parse_rope(f.rope);
+    o.scale_mode = parse_scale_mode(f.scale_mode);
+    if (o.scale_mode == ScaleMode::static_calibrated) o.layer_scale = 0.01f;
+  }
+  return {FormatConfig::create(o).spec()};
+}
+
+std::string spec_name(const RecordSpec& s) {
+  return std::string(to_string(s.dtype)) + "-" + std::to_string(s.record_bytes()) +
+         (s.is_nvfp4() ? std::string("-") + to_string(s.scale_mode) : "");
+}
+
+void add_common(CLI::App* cmd, BenchFlags& f) {
+  cmd->add_option("--cache-dtype", f.cache_dtype, "nvfp4_ds_mla | fp8_ds_mla | bf16");
+  cmd->add_option("--rope", f.rope, "fp8 | bf16 (nvfp4)");
+  cmd->add_option("--scale-mode", f.scale_mode, "implicit | static | dynamic (nvfp4)");
+  cmd->add_flag("--all-formats", f.all_formats, "every format and scale mode");
+  cmd->add_option("--warmup", f.warmup, "warm-up launches")->check(CLI::Range(0, 1000));
+  cmd->add_option("--iters", f.iters, "timed launches (median reported)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--json", f.json_path, "write every number as JSON to this file");
+}
+
+bench::Options options_of(const BenchFlags& f) {
+  bench::Options o;
+  o.warmup = f.warmup;
+  o.iters = f.iters;
+  o.progress = [](const std::string& s) { std::fprintf(stderr, "  running %s ...\n", s.c_str()); };
+  return o;
+}
+
+nlohmann::json ceilings_json(const bench::Ceilings& c) {
+  return {{"device", c.device}, {"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}};
+}
+
+void print_ceilings(const bench::Ceilings& c) {
+  std::printf("device: %s\nceilings (measured now): copy %.0f GB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n\n",
+              c.device.c_str(), c.copy_gbps, c.bf16_tflops);
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  if (!out) throw Error("cannot write " + path);
+  out << j.dump(2) << "\n";
+}
+
+void run_decode_bench(const BenchFlags& f) {
+  std::vector<bench::DecodeCase> cases;
+  const auto specs = specs_of(f);
+  if (f.rows.empty() && f.heads.empty() && f.topk.empty()) {
+    // Defaults: the shapes of the performance table and FlashMLA's measured shapes (PEERS.md).
+    const int shapes[][3] = {{256, 128, 2048}, {256, 64, 2048}, {128, 16, 2048}, {128, 128, 2048}, {32, 128, 2048},
+                             {3, 128, 2048},   {128, 8, 2048},  {128, 32, 2048}, {148, 128, 16384}};
+    for (const auto& spec : specs)
+      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits});
+  } else {
+    const auto rows = f.rows.empty() ? std::vector<int>{256} : f.rows;
+    const auto heads = f.heads.empty() ? std::vector<int>{128} : f.heads;
+    const auto topk = f.topk.empty() ? std::vector<int>{2048} : f.topk;
+    for (const auto& spec : specs)
+      for (int r : rows)
+        for (int h : heads)
+          for (int k : topk) cases.push_back({r, h, k, spec, f.splits});
+  }
+  const auto opt = options_of(f);
+  const auto ceil = bench::measure_ceilings(opt);
+  const auto res = bench::run_decode(cases, ceil, opt);
+  print_ceilings(ceil);
+  std::printf("%-26s %5s %5s %6s %6s %10s %9s %9s %7s %7s\n", "format", "rows", "heads", "topk", "splits", "median us",
+              "TFLOP/s", "GB/s", "%MMA", "%copy");
+  nlohmann::json j = {{"ceilings", ceilings_json(ceil)}, {"decode", nlohmann::json::array()}};
+  for (const auto& r : res) {
+    std::printf("%-26s %5d %5d %6d %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%%%s\n", spec_name(r.c.spec).c_str(), r.c.rows,
+                r.c.heads, r.c.topk, r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
+                r.finite ? "" : "  NON-FINITE OUTPUT");
+    j["decode"].push_back({{"format", spec_name(r.c.spec)}, {"rows", r.c.rows}, {"heads", r.c.heads}, {"topk", r.c.topk},
+                           {"splits", r.splits}, {"head_group", r.head_group}, {"median_us", r.median_us},
+                           {"min_us", r.min_us}, {"tflops", r.tflops}, {"gbps", r.gbps}, {"frac_mma", r.frac_mma},
+                           {"frac_copy", r.frac_copy}, {"finite", r.finite}});
+  }
+  write_json(f.json_path, j);
+}
+
+void run_write_bench(const BenchFlags& f) {
+  std::vector<bench::WriteCase> cases;
+  for (const auto& spec : specs_of(f)) cases.push_back({f.tokens, spec});
+  const auto opt = options_of(f);
+  const auto ceil = bench::measure_ceilings(opt);
+  const auto res = bench::run_write(cases, ceil, opt);
+  print_ceilings(ceil);
+  std::printf("%-26s %9s %10s %9s %7s\n", "format", "tokens", "median us", "GB/s", "%copy");
+  nlohmann::json j = {{"ceilings", ceilings_json(ceil)}, {"write", nlohmann::json::array()}};
+  for (const auto& r : res) {
+    std::printf("%-26s %9lld %10.1f %9.0f %6.1f%%\n", spec_name(r.c.spec).c_str(), static_cast<long long>(r.c.tokens),
+                r.median_us, r.gbps, 100 * r.frac_copy);
+    j["write"].push_back({{"format", spec_name(r.c.spec)}, {"tokens", r.c.tokens}, {"median_us", r.median_us},
+                          {"gbps", r.gbps}, {"frac_copy", r.frac_copy}});
+  }
+  write_json(f.json_path, j);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* bench_cmd = app.add_subcommand("bench", "GPU benchmarks (CUDA events, L2 flushed, medians, ceilings measured in the same run)");
+  bench_cmd->require_subcommand(1);
+  auto f = std::make_shared<BenchFlags>();
+  auto* dec = bench_cmd->add_subcommand("decode", "Sparse MLA decode kernel");
+  add_common(dec, *f);
+  dec->add_option("--rows", f->rows, "query rows (several values run several cases)");
+  dec->add_option("--heads", f->heads, "query heads per row");
+  dec->add_option("--topk", f->topk, "top-k entries per row");
+  dec->add_option("--splits", f->splits, "force the number of KV splits (0 = planner)");
+  dec->callback([f] { run_decode_bench(*f); });
+  auto* wr = bench_cmd->add_subcommand("write", "Cache writer");
+  add_common(wr, *f);
+  wr->add_option("--tokens", f->tokens, "tokens written per launch")->check(CLI::Range(int64_t(1), int64_t(1) << 26));
+  wr->callback([f] { run_write_bench(*f); });
+}
+
 }  // namespace nvfp4mla::cli

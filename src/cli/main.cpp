@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "nvfp4mla/device.h"
@@ -20,6 +21,10 @@ void add_info_command(CLI::App& app) {
 int main(int argc, char** argv) {
   CLI::App app{"nvfp4mla: 4-bit NVFP4 KV-cache records for DeepSeek-style sparse MLA"};
   app.require_subcommand(1);
+  // Usage errors read like every other error: one line, same prefix.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("nvfp4mla: error: ") + e.what() + " (run with --help for usage)\n";
+  });
   nvfp4mla::cli::add_format_commands(app);
   nvfp4mla::cli::add_calibrate_command(app);
   nvfp4mla::cli::add_eval_command(app);

@@ -26,8 +26,8 @@ void validate_sparse_mla_args(const RecordSpec& spec, const SparseMlaArgs& a) {
 
 namespace {
 
-void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, int row, float* out, float* lse,
-                std::vector<float>& k_buf, std::vector<double>& scores, std::vector<double>& acc) {
+void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, const ReferenceOptions& opt, int row, float* out,
+                float* lse, std::vector<float>& k_buf, std::vector<double>& scores, std::vector<double>& acc) {
   const int rb = spec.record_bytes();
   // Dequantize the row's valid entries once; all heads share them.
   std::vector<int> valid;
@@ -39,6 +39,8 @@ void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, int row, float* 
     const int64_t slot = a.indices[static_cast<int64_t>(row) * a.topk + valid[j]];
     float* k = &k_buf[j * kQkDim];
     record::decode(spec, a.cache + slot * rb, a.layer_scale, k, k + kLatentDim);
+    if (opt.bf16_operands)
+      for (int d = 0; d < kQkDim; ++d) k[d] = codec::bf16_decode(codec::bf16_encode_rn(k[d]));
   }
   scores.resize(n);
   acc.resize(kLatentDim);
@@ -77,13 +79,14 @@ void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, int row, float* 
 
 }  // namespace
 
-void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& a, float* out, float* lse) {
+void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& a, float* out, float* lse,
+                          const ReferenceOptions& opt) {
   validate_sparse_mla_args(spec, a);
   const int threads = std::max(1, std::min<int>(a.rows, static_cast<int>(std::thread::hardware_concurrency())));
   auto work = [&](int t) {
     std::vector<float> k_buf;
     std::vector<double> scores, acc;
-    for (int r = t; r < a.rows; r += threads) attend_row(spec, a, r, out, lse, k_buf, scores, acc);
+    for (int r = t; r < a.rows; r += threads) attend_row(spec, a, opt, r, out, lse, k_buf, scores, acc);
   };
   if (threads <= 1) {
     work(0);

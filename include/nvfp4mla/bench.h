@@ -1,0 +1,58 @@
+#pragma once
+// GPU benchmarks of the decode kernel and the cache writer, with the device ceilings (copy
+// bandwidth, BF16 matrix rate through cuBLAS) measured in the same run. Timing: CUDA events
+// around each launch, warm-up first, L2 flushed before every timed iteration, medians.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nvfp4mla/format.h"
+
+namespace nvfp4mla::bench {
+
+struct Ceilings {
+  double copy_gbps = 0;     // device-to-device copy, bytes read + written per second / 1e9
+  double bf16_tflops = 0;   // cuBLAS BF16 GEMM 8192^3
+  std::string device;
+};
+
+struct DecodeCase {
+  int rows = 0, heads = 0, topk = 0;
+  RecordSpec spec;
+  int forced_splits = 0;    // 0 = planner
+};
+
+struct DecodeResult {
+  DecodeCase c;
+  int splits = 0, head_group = 0;
+  double median_us = 0, min_us = 0;
+  double tflops = 0;        // 2 * heads * rows * topk * (576 + 512) / time
+  double gbps = 0;          // (records read once per (row, entry) + q + out) / time
+  double frac_copy = 0, frac_mma = 0;
+  bool finite = true;       // every output element finite
+};
+
+struct WriteCase {
+  int64_t tokens = 0;
+  RecordSpec spec;
+};
+
+struct WriteResult {
+  WriteCase c;
+  double median_us = 0;
+  double gbps = 0;          // (BF16 input + slot mapping + records written) / time
+  double frac_copy = 0;
+};
+
+struct Options {
+  int warmup = 3;
+  int iters = 20;
+  std::function<void(const std::string&)> progress;  // optional progress callback
+};
+
+// All of these throw Error when the library was built without CUDA or no device is present.
+Ceilings measure_ceilings(const Options& opt);
+std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const Ceilings& ceil, const Options& opt);
+std::vector<WriteResult> run_write(const std::vector<WriteCase>& cases, const Ceilings& ceil, const Options& opt);
+
+}  // namespace nvfp4mla::bench

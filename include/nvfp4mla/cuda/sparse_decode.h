@@ -1,0 +1,24 @@
+#pragma once
+// Split-KV sparse MLA decode on the GPU (CUDA builds only). Semantics: sparse_mla.h.
+// All pointers in `args` are device pointers. Every buffer comes from the caller: the kernel
+// allocates nothing and never synchronizes, so it can be captured in a CUDA graph.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/format.h"
+#include "nvfp4mla/sparse_mla.h"
+
+namespace nvfp4mla::cuda {
+
+// SM count of the current device (for plan_sparse_decode).
+int current_sm_count();
+
+// out: BF16 [rows, heads, 512]; lse: fp32 [rows, heads]; workspace of at least
+// decode_workspace_layout(plan, rows, heads).total_bytes, 256-byte aligned.
+void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& args, const DecodePlan& plan, void* workspace,
+                   size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream);
+
+}  // namespace nvfp4mla::cuda

@@ -1,0 +1,79 @@
+#pragma once
+// How the split-KV sparse decode kernel divides a problem, and how much workspace it needs.
+// Host-only and CUDA-free, so planners and tests use exactly what the kernel will use.
+#include <cstddef>
+#include <cstdint>
+
+#include "nvfp4mla/format.h"
+
+namespace nvfp4mla {
+
+// The CTA shape for a head group (query heads per CTA = the MMA's M). Small head groups use
+// few warps so that several CTAs share an SM and overlap their phases; the 64-head tile needs
+// the whole SM (on sm_90 it runs as a warp-specialized kernel with the same 32-entry tiles:
+// see sparse_decode.cu).
+struct DecodeTileConfig {
+  int head_group;   // 16, 32 or 64
+  int warps;        // warps per CTA
+  int tile_tokens;  // top-k entries per KV tile
+  int min_ctas;     // CTAs per SM the kernel is compiled for (register budget)
+};
+constexpr DecodeTileConfig decode_tile_config(int head_group) {
+  return head_group <= 16 ? DecodeTileConfig{16, 4, 32, 3}
+       : head_group <= 32 ? DecodeTileConfig{32, 8, 32, 2}
+                          : DecodeTileConfig{64, 8, 32, 1};
+}
+// Shared memory of one CTA: Q and K tiles in BF16 (rows padded by 8 values), fp32 scores,
+// `stages` raw record buffers (none for bf16 records, which are copied straight into the K
+// tile) and the slot ring of stages + 1 tiles.
+constexpr size_t decode_smem_bytes(const DecodeTileConfig& c, int record_bytes, bool raw_is_k_row, int stages) {
+  const size_t row = (kQkDim + 8) * 2;
+  return size_t(c.head_group) * row + size_t(c.tile_tokens) * row + size_t(c.head_group) * (c.tile_tokens + 8) * 4 +
+         (raw_is_k_row ? 0 : size_t(stages) * c.tile_tokens * record_bytes) + size_t(stages + 1) * c.tile_tokens * 4;
+}
+inline constexpr size_t kDecodeSmemPerSm = 228 * 1024;      // Hopper: shared memory per SM
+inline constexpr size_t kDecodeSmemPerBlock = 227 * 1024;   // ... and per CTA (opt-in maximum)
+inline constexpr size_t kDecodeSmemReservedPerCta = 1024;   // the runtime's reservation per CTA
+// Raw record stages: how many KV tiles are in flight ahead of the one being computed. As many
+// as fit (up to 4) while `min_ctas` CTAs still share an SM; bf16 records use a single tile.
+constexpr int decode_stages(const DecodeTileConfig& c, int record_bytes, bool raw_is_k_row) {
+  if (raw_is_k_row) return 1;
+  for (int s = 4; s > 1; --s) {
+    const size_t bytes = decode_smem_bytes(c, record_bytes, raw_is_k_row, s);
+    if (bytes <= kDecodeSmemPerBlock && (bytes + kDecodeSmemReservedPerCta) * c.min_ctas <= kDecodeSmemPerSm) return s;
+  }
+  return 1;
+}
+
+struct DecodePlan {
+  int head_group = 64;     // query heads per CTA: 16, 32 or 64 (M of the MMA tiles)
+  int num_head_groups = 1; // ceil(heads / head_group)
+  int warps = 16;          // warps per CTA
+  int tile_tokens = 64;    // top-k entries per KV tile
+  int ctas_per_sm = 1;     // resident CTAs per SM the planner assumed
+  int stages = 1;          // raw record tiles in flight ahead of the one being computed
+  int num_tiles = 0;       // ceil(topk / tile_tokens)
+  int splits = 1;          // KV splits per (row, head group); 1 = no partials, no merge
+  int tiles_per_split = 0;
+  int partial_bytes = 4;   // fp32 partial outputs
+
+  int64_t ctas(int rows) const { return static_cast<int64_t>(rows) * num_head_groups * splits; }
+};
+
+// The planner: tile configuration from the head count (8 and 16 heads use 16-row tiles, 32
+// heads 32-row tiles, more heads 64-row tiles); splits so that the grid fills about two waves
+// of resident CTAs without splitting below one tile. `forced_splits` > 0 overrides (clamped
+// to the number of tiles).
+DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count,
+                              int forced_splits = 0);
+
+// Workspace bytes for the plan: fp32 partial outputs [rows, heads, splits, 512] and partial
+// log-sum-exp [rows, heads, splits], each region aligned to 256 bytes; 0 when splits == 1.
+struct DecodeWorkspaceLayout {
+  size_t partial_out_offset = 0, partial_out_bytes = 0;
+  size_t partial_lse_offset = 0, partial_lse_bytes = 0;
+  size_t total_bytes = 0;
+};
+DecodeWorkspaceLayout decode_workspace_layout(const DecodePlan& plan, int rows, int heads);
+
+}  // namespace nvfp4mla

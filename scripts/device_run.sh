@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
+# Usage (from the repo root, with the binaries in .devbin/): scripts/device_run.sh [tests|bench|variants|ncu|sanitize]...
+set -uo pipefail
+BIN=${BIN:-.devbin}
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+for step in "$@"; do
+  case "$step" in
+    tests)
+      "$BIN/nvfp4mla_gpu_tests" >"$OUT/gpu_tests.log" 2>&1
+      echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$OUT/gpu_tests.log" | head -20 ;;
+    bench)
+      "$BIN/nvfp4mla" bench decode --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1; tail -11 "$OUT/decode.txt"
+      "$BIN/nvfp4mla" bench write --all-formats --json "$OUT/write.json" >"$OUT/write.txt" 2>&1; tail -8 "$OUT/write.txt" ;;
+    bench-all)
+      "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -44 "$OUT/decode_all.txt" ;;
+    variants)
+      # Time the kernel with one stage left out (results are garbage; only the time matters).
+      for skip in 0 1 2 4 6; do
+        NVFP4MLA_DEBUG_SKIP=$skip "$BIN/nvfp4mla" bench decode --rows 256 128 --heads 128 16 --topk 2048 --iters 10 2>/dev/null |
+          awk -v s=$skip '/nvfp4/ {printf "skip=%s rows=%s heads=%s median_us=%s\n", s, $2, $3, $6}'
+      done | tee "$OUT/variants.txt" ;;
+    ncu)
+      ncu --clock-control none --kernel-name regex:sparse_decode_kernel --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section Occupancy \
+        "$BIN/nvfp4mla" bench decode --rows 256 --heads 128 --topk 2048 --iters 1 --warmup 3 >"$OUT/ncu.txt" 2>&1
+      grep -E "Duration|Throughput|Stall|Issued|Eligible|Active Warps|Registers|Shared Memory|Bank" "$OUT/ncu.txt" | head -40 ;;
+    stalls)
+      # Where warps wait: stall reasons per issued instruction, 16-head and 128-head shapes.
+      m=smsp__average_warps_issue_stalled
+      metrics=$(for r in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait lg_throttle \
+                 not_selected selected dispatch_stall no_instruction imc_miss branch_resolving membar tex_throttle; do
+                 printf "%s_%s_per_issue_active.ratio," $m $r; done)
+      metrics="${metrics}sm__inst_executed.sum,smsp__inst_executed_pipe_tensor.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
+      for shape in ${STALL_SHAPES:-"128 16" "256 128"}; do
+        set -- $shape
+        ncu --clock-control none --kernel-name regex:sparse_decode --launch-skip 3 --launch-count 1 --metrics "$metrics" \
+          "$BIN/nvfp4mla" bench decode --rows $1 --heads $2 --topk 2048 --iters 1 --warmup 3 >"$OUT/stalls_$1_$2.txt" 2>&1
+        echo "== rows $1 heads $2"; grep -E "stalled|inst_executed|bank|warps_active|duration" "$OUT/stalls_$1_$2.txt" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//'
+      done ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/nvfp4mla_gpu_tests" \
+          --gtest_filter='GpuRecordCopy.*:GpuSparseDecode.SanitizerSized:GpuCacheWriter.BitIdenticalToCpuWriterBf16Input' \
+          >"$OUT/sanitize_$tool.log" 2>&1
+        echo "compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
+      done ;;
+  esac
+done

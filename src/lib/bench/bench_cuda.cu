@@ -1,0 +1,234 @@
+// Benchmarks on the GPU. Inputs are generated on the device (hash-based random values), so
+// a million-token cache costs no host time.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "device/cuda_check.h"
+#include "nvfp4mla/bench.h"
+#include "nvfp4mla/cuda/cache_write.h"
+#include "nvfp4mla/cuda/sparse_decode.h"
+#include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/device.h"
+#include "nvfp4mla/error.h"
+
+namespace nvfp4mla::bench {
+namespace {
+
+using nvfp4mla::cuda::check;
+
+__device__ __forceinline__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+// Approximately normal BF16 values (sum of uniforms), scaled.
+__global__ void fill_bf16(uint16_t* p, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint32_t h = hash32(seed * 0x9E3779B97F4A7C15ULL + i);
+    const float u = ((h & 0xFFFF) + (h >> 16)) * (1.0f / 65536.0f) - 1.0f;
+    const __nv_bfloat16 b = __float2bfloat16_rn(u * 1.7f * scale);
+    p[i] = *reinterpret_cast<const uint16_t*>(&b);
+  }
+}
+__global__ void fill_indices(int32_t* p, int64_t n, uint64_t seed, int64_t capacity) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = static_cast<int32_t>(hash32(seed + 7919 * i) % capacity);
+}
+__global__ void fill_iota(int64_t* p, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = i;
+}
+__global__ void count_nonfinite(const uint16_t* p, int64_t n, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    if ((p[i] & 0x7F80) == 0x7F80) atomicAdd(bad, 1ull);
+}
+
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  explicit Dev(size_t n) { check(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+constexpr int kFillBlocks = 1024, kFillThreads = 256;
+
+// Flushes L2 by writing a buffer larger than it.
+struct L2Flusher {
+  Dev<uint8_t> buf{size_t(512) << 20};
+  void operator()(cudaStream_t s) { check(cudaMemsetAsync(buf.p, 0, size_t(512) << 20, s), "L2 flush"); }
+};
+
+// Median of event-timed runs of `fn`, with the L2 flushed before each.
+template <class Fn>
+std::vector<float> time_runs(Fn&& fn, const Options& opt, L2Flusher& flush, cudaStream_t s) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  for (int i = 0; i < opt.warmup; ++i) fn();
+  std::vector<float> ms;
+  for (int i = 0; i < opt.iters; ++i) {
+    flush(s);
+    check(cudaEventRecord(a, s), "cudaEventRecord");
+    fn();
+    check(cudaEventRecord(b, s), "cudaEventRecord");
+    check(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+float median(const std::vector<float>& v) { return v[v.size() / 2]; }
+
+}  // namespace
+
+Ceilings measure_ceilings(const Options& opt) {
+  if (cuda_device_count() == 0) throw Error("no CUDA device");
+  Ceilings c;
+  c.device = cuda_device_description(0);
+  cudaStream_t s = nullptr;
+  L2Flusher flush;
+  {  // device-to-device copy of 2 GiB
+    const size_t bytes = size_t(2) << 30;
+    Dev<uint8_t> src(bytes), dst(bytes);
+    check(cudaMemset(src.p, 1, bytes), "memset");
+    const auto ms = time_runs([&] { check(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, s), "copy"); },
+                              opt, flush, s);
+    c.copy_gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
+  }
+  {  // cuBLAS BF16 GEMM, 8192^3, random data
+    const int n = 8192;
+    Dev<uint16_t> A(size_t(n) * n), B(size_t(n) * n), C(size_t(n) * n);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(A.p, int64_t(n) * n, 1, 1.0f);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(B.p, int64_t(n) * n, 2, 1.0f);
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
+    const float alpha = 1.0f, beta = 0.0f;
+    auto gemm = [&] {
+      if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, A.p, CUDA_R_16BF, n, B.p, CUDA_R_16BF, n, &beta, C.p,
+                       CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+        throw Error("cublasGemmEx failed");
+    };
+    const auto ms = time_runs(gemm, opt, flush, s);
+    c.bf16_tflops = 2.0 * n * double(n) * n / (median(ms) * 1e-3) / 1e12;
+    cublasDestroy(h);
+  }
+  return c;
+}
+
+std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const Ceilings& ceil, const Options& opt) {
+  if (cuda_device_count() == 0) throw Error("no CUDA device");
+  std::vector<DecodeResult> out;
+  cudaStream_t s = nullptr;
+  L2Flusher flush;
+  const int sms = cuda::current_sm_count();
+  for (const auto& c : cases) {
+    if (opt.progress) opt.progress("decode rows " + std::to_string(c.rows) + " heads " + std::to_string(c.heads) + " topk " + std::to_string(c.topk) + " " + to_string(c.spec.dtype) + "-" + std::to_string(c.spec.record_bytes()) + " " + to_string(c.spec.scale_mode));
+    // A cache of 1M tokens (4x the L2 many times over), random indices into it.
+    const int64_t capacity = 1 << 20, chunk = 1 << 16;
+    const int rb = c.spec.record_bytes();
+    Dev<uint8_t> cache(size_t(capacity) * rb);
+    {
+      Dev<uint16_t> kv(size_t(chunk) * kLatentDim), pe(size_t(chunk) * kRopeDim);
+      Dev<int64_t> slots(chunk);
+      for (int64_t base = 0; base < capacity; base += chunk) {
+        fill_bf16<<<kFillBlocks, kFillThreads>>>(kv.p, chunk * kLatentDim, 10 + base, 1.0f);
+        fill_bf16<<<kFillBlocks, kFillThreads>>>(pe.p, chunk * kRopeDim, 20 + base, 1.0f);
+        fill_iota<<<kFillBlocks, kFillThreads>>>(slots.p, chunk);
+        cuda::CacheWriteArgs w;
+        w.kv_c = kv.p;
+        w.k_pe = pe.p;
+        w.num_tokens = chunk;
+        w.slot_mapping = slots.p;
+        w.cache = cache.p + size_t(base) * rb;
+        w.capacity = chunk;
+        w.layer_scale = 0.01f;
+        cuda::write_cache(c.spec, w, s);
+      }
+    }
+    const size_t q_elems = size_t(c.rows) * c.heads * kQkDim;
+    Dev<uint16_t> q(q_elems), o(size_t(c.rows) * c.heads * kLatentDim);
+    Dev<float> lse(size_t(c.rows) * c.heads);
+    Dev<int32_t> idx(size_t(c.rows) * c.topk);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(q.p, int64_t(q_elems), 30, 1.0f);
+    fill_indices<<<kFillBlocks, kFillThreads>>>(idx.p, int64_t(c.rows) * c.topk, 40, capacity);
+    const auto plan = plan_sparse_decode(c.spec, c.rows, c.heads, c.topk, sms, c.forced_splits);
+    const auto ws_layout = decode_workspace_layout(plan, c.rows, c.heads);
+    Dev<uint8_t> ws(ws_layout.total_bytes);
+    SparseMlaArgs a;
+    a.q = q.p;
+    a.rows = c.rows;
+    a.heads = c.heads;
+    a.cache = cache.p;
+    a.capacity = capacity;
+    a.indices = idx.p;
+    a.topk = c.topk;
+    a.sm_scale = 1.0f / 24.0f;
+    a.layer_scale = 0.01f;
+    const auto ms = time_runs([&] { cuda::sparse_decode(c.spec, a, plan, ws.p, ws_layout.total_bytes, o.p, lse.p, s); },
+                              opt, flush, s);
+    Dev<unsigned long long> bad(1);
+    check(cudaMemset(bad.p, 0, 8), "memset");
+    count_nonfinite<<<kFillBlocks, kFillThreads>>>(o.p, int64_t(c.rows) * c.heads * kLatentDim, bad.p);
+    unsigned long long nbad = 0;
+    check(cudaMemcpy(&nbad, bad.p, 8, cudaMemcpyDeviceToHost), "copy back");
+    DecodeResult r;
+    r.c = c;
+    r.splits = plan.splits;
+    r.head_group = plan.head_group;
+    r.median_us = median(ms) * 1e3;
+    r.min_us = ms.front() * 1e3;
+    const double attended = double(c.rows) * c.topk;
+    r.tflops = 2.0 * c.heads * attended * (kQkDim + kLatentDim) / (r.median_us * 1e-6) / 1e12;
+    const double bytes = attended * rb + q_elems * 2.0 + double(c.rows) * c.heads * kLatentDim * 2.0 + attended * 4.0;
+    r.gbps = bytes / (r.median_us * 1e-6) / 1e9;
+    r.frac_copy = ceil.copy_gbps > 0 ? r.gbps / ceil.copy_gbps : 0;
+    r.frac_mma = ceil.bf16_tflops > 0 ? r.tflops / ceil.bf16_tflops : 0;
+    r.finite = nbad == 0;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<WriteResult> run_write(const std::vector<WriteCase>& cases, const Ceilings& ceil, const Options& opt) {
+  if (cuda_device_count() == 0) throw Error("no CUDA device");
+  std::vector<WriteResult> out;
+  cudaStream_t s = nullptr;
+  L2Flusher flush;
+  for (const auto& c : cases) {
+    if (opt.progress) opt.progress("write " + std::to_string(c.tokens) + " tokens " + to_string(c.spec.dtype) + "-" + std::to_string(c.spec.record_bytes()));
+    const int rb = c.spec.record_bytes();
+    Dev<uint16_t> kv(size_t(c.tokens) * kLatentDim), pe(size_t(c.tokens) * kRopeDim);
+    Dev<int64_t> slots(c.tokens);
+    Dev<uint8_t> cache(size_t(c.tokens) * rb);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(kv.p, c.tokens * kLatentDim, 1, 1.0f);
+    fill_bf16<<<kFillBlocks, kFillThreads>>>(pe.p, c.tokens * kRopeDim, 2, 1.0f);
+    fill_iota<<<kFillBlocks, kFillThreads>>>(slots.p, c.tokens);
+    cuda::CacheWriteArgs w;
+    w.kv_c = kv.p;
+    w.k_pe = pe.p;
+    w.num_tokens = c.tokens;
+    w.slot_mapping = slots.p;
+    w.cache = cache.p;
+    w.capacity = c.tokens;
+    w.layer_scale = 0.01f;
+    const auto ms = time_runs([&] { cuda::write_cache(c.spec, w, s); }, opt, flush, s);
+    WriteResult r;
+    r.c = c;
+    r.median_us = median(ms) * 1e3;
+    r.gbps = double(c.tokens) * (kQkDim * 2.0 + 8.0 + rb) / (r.median_us * 1e-6) / 1e9;
+    r.frac_copy = ceil.copy_gbps > 0 ? r.gbps / ceil.copy_gbps : 0;
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace nvfp4mla::bench

@@ -1,0 +1,53 @@
+#include "nvfp4mla/decode_plan.h"
+
+#include <algorithm>
+
+#include "nvfp4mla/error.h"
+#include "nvfp4mla/format.h"
+
+namespace nvfp4mla {
+
+namespace {
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+}  // namespace
+
+DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count, int forced_splits) {
+  if (rows < 0 || heads <= 0 || topk <= 0) throw Error("decode plan: rows >= 0, heads > 0 and topk > 0 required");
+  if (sm_count <= 0) throw Error("decode plan: SM count must be positive");
+  const DecodeTileConfig cfg = decode_tile_config(heads);
+  DecodePlan p;
+  p.head_group = cfg.head_group;
+  p.warps = cfg.warps;
+  p.tile_tokens = cfg.tile_tokens;
+  const bool raw_is_k_row = spec.dtype == CacheDtype::bf16;
+  p.stages = decode_stages(cfg, spec.record_bytes(), raw_is_k_row);
+  const size_t smem = decode_smem_bytes(cfg, spec.record_bytes(), raw_is_k_row, p.stages) + kDecodeSmemReservedPerCta;
+  p.ctas_per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(cfg.min_ctas, kDecodeSmemPerSm / smem)));
+  p.num_head_groups = (heads + p.head_group - 1) / p.head_group;
+  p.num_tiles = (topk + p.tile_tokens - 1) / p.tile_tokens;
+  int splits;
+  if (forced_splits > 0) {
+    splits = forced_splits;
+  } else {
+    const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(rows) * p.num_head_groups);
+    const int64_t target = 2LL * sm_count * p.ctas_per_sm;
+    splits = static_cast<int>(std::min<int64_t>(p.num_tiles, (target + base - 1) / base));
+  }
+  splits = std::clamp(splits, 1, p.num_tiles);
+  p.tiles_per_split = (p.num_tiles + splits - 1) / splits;
+  p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
+  return p;
+}
+
+DecodeWorkspaceLayout decode_workspace_layout(const DecodePlan& plan, int rows, int heads) {
+  DecodeWorkspaceLayout w;
+  if (plan.splits <= 1) return w;
+  const size_t entries = static_cast<size_t>(rows) * heads * plan.splits;
+  w.partial_out_bytes = align256(entries * kLatentDim * plan.partial_bytes);
+  w.partial_lse_offset = w.partial_out_bytes;
+  w.partial_lse_bytes = align256(entries * sizeof(float));
+  w.total_bytes = w.partial_out_bytes + w.partial_lse_bytes;
+  return w;
+}
+
+}  // namespace nvfp4mla

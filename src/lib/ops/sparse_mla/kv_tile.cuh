@@ -1,0 +1,162 @@
+#pragma once
+// Turning raw records into BF16 K rows in shared memory, shared by the decode and extend
+// kernels. A K row is the dequantized latent (512) followed by the dequantized RoPE (64); V
+// is its first 512 values. Every format is read through format.h offsets and the reader
+// expressions of record.h: x = (e2m1 * d) * s, r = e4m3 * rs, fp8: e4m3 * p.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "nvfp4mla/codec.h"
+#include "nvfp4mla/format.h"
+#include "nvfp4mla/record.h"
+#include "ops/sparse_mla/mma_sm80.cuh"
+
+namespace nvfp4mla::cuda {
+
+// A record format fixed at compile time (the kernels are instantiated per format).
+template <CacheDtype D, RopeEncoding R, ScaleMode M>
+struct Format {
+  static constexpr RecordSpec spec{D, R, M};
+  static constexpr int kRecordBytes = spec.record_bytes();
+  // bf16 records are already K rows: they are copied straight into the K tile.
+  static constexpr bool kRawIsKRow = D == CacheDtype::bf16;
+};
+
+// A K row is dequantized in 36 units of 16 values: 32 latent groups, then 4 RoPE chunks.
+inline constexpr int kUnitsPerRow = kQkDim / 16;
+inline constexpr int kLatentUnits = kLatentDim / 16;
+
+__device__ __forceinline__ void store_16_bf16(__nv_bfloat16* dst, const float (&v)[16]) {
+  uint4 w0, w1;
+  w0.x = ptx::pack_bf16x2(v[0], v[1]);   w0.y = ptx::pack_bf16x2(v[2], v[3]);
+  w0.z = ptx::pack_bf16x2(v[4], v[5]);   w0.w = ptx::pack_bf16x2(v[6], v[7]);
+  w1.x = ptx::pack_bf16x2(v[8], v[9]);   w1.y = ptx::pack_bf16x2(v[10], v[11]);
+  w1.z = ptx::pack_bf16x2(v[12], v[13]); w1.w = ptx::pack_bf16x2(v[14], v[15]);
+  reinterpret_cast<uint4*>(dst)[0] = w0;
+  reinterpret_cast<uint4*>(dst)[1] = w1;
+}
+
+__device__ __forceinline__ void store_16_zero(__nv_bfloat16* dst) {
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(0, 0, 0, 0);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(0, 0, 0, 0);
+}
+
+// Aligned fp32 field of a record in shared memory (record widths and fp32 offsets are
+// multiples of 4).
+__device__ __forceinline__ float load_f32_aligned(const uint8_t* p) { return *reinterpret_cast<const float*>(p); }
+
+// One E4M3 byte to fp32 through the hardware E4M3 -> FP16 conversion (exact, no branches).
+__device__ __forceinline__ float e4m3_to_float(uint8_t b) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);
+  return __half2float(*reinterpret_cast<const __half*>(&h));
+}
+
+// 16 E4M3 bytes times a scale: e4m3 -> f16 pairs in hardware (exact: E4M3 is a subset of
+// FP16, subnormals included), then fp32 products.
+__device__ __forceinline__ void e4m3x16_scaled(const uint8_t* src, float scale, float (&v)[16]) {
+  const uint4 b = *reinterpret_cast<const uint4*>(src);
+  const uint32_t w[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i / 2] >> (16 * (i % 2))), __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    v[2 * i] = f.x * scale;
+    v[2 * i + 1] = f.y * scale;
+  }
+}
+
+// Eight BF16 values of one NVFP4 group, (e2m1[c] * d) * s for the 8 magnitudes c, as byte
+// tables for __byte_perm: hi[0..1] hold the high bytes of c = 0..7, lo[0..1] the low bytes.
+// Building the table costs 8 products per 16 elements; each element is then a byte lookup.
+struct E2m1Table {
+  uint32_t hi[2], lo[2];
+};
+__device__ __forceinline__ E2m1Table e2m1_table(float d, float s, bool unit) {
+  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float a = mag[2 * k] * d, b = mag[2 * k + 1] * d;  // exact
+    if (!unit) {
+      a *= s;
+      b *= s;
+    }
+    w[k] = ptx::pack_bf16x2(a, b);
+  }
+  E2m1Table t;
+  t.hi[0] = __byte_perm(w[0], w[1], 0x7531);
+  t.hi[1] = __byte_perm(w[2], w[3], 0x7531);
+  t.lo[0] = __byte_perm(w[0], w[1], 0x6420);
+  t.lo[1] = __byte_perm(w[2], w[3], 0x6420);
+  return t;
+}
+
+// Eight E2M1 nibbles (element j in bits 4j..4j+3) to eight BF16 values (four packed words):
+// magnitudes by table lookup, signs moved from bit 3 of each nibble to bit 15 of each value.
+__device__ __forceinline__ void e2m1x8_lookup(uint32_t nib, const E2m1Table& t, uint32_t (&out)[4]) {
+  const uint32_t sign_odd = nib & 0x88888888u;  // byte k's msb: sign of element 2k + 1
+  const uint32_t sign_even = sign_odd << 4;     // byte k's msb: sign of element 2k
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t sel = (nib >> (16 * half)) & 0x7777u;
+    const uint32_t hi = __byte_perm(t.hi[0], t.hi[1], sel), lo = __byte_perm(t.lo[0], t.lo[1], sel);
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const int k = 2 * half + p;  // output word: elements 2k, 2k + 1
+      const uint32_t v = __byte_perm(lo, hi, p == 0 ? 0x5140 : 0x7362);
+      const uint32_t sg = __byte_perm(sign_even, sign_odd, 0x4000 + 0x1010 * k);
+      out[k] = v | (sg & 0x80008000u);
+    }
+  }
+}
+
+// Dequantize unit `u` (0..35) of one record into dst (16 BF16 values of the K row).
+template <class F>
+__device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float layer_scale, __nv_bfloat16* dst) {
+  float v[16];
+  if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla) {
+    namespace L = layout::nvfp4;
+    if (u < kLatentUnits) {
+      float s = 1.0f;
+      if constexpr (F::spec.scale_mode == ScaleMode::dynamic) s = load_f32_aligned(rec + L::kTokenScaleOffset);
+      if constexpr (F::spec.scale_mode == ScaleMode::static_calibrated) s = layer_scale;
+      // (e2m1 * d) * s per element, exactly the reader expression of record.h, then BF16.
+      const float d = e4m3_to_float(rec[L::kGroupScaleOffset + u]);
+      const E2m1Table table = e2m1_table(d, s, F::spec.scale_mode == ScaleMode::implicit);
+      const uint2 nib = *reinterpret_cast<const uint2*>(rec + L::kLatentOffset + 8 * u);
+      uint32_t w0[4], w1[4];
+      e2m1x8_lookup(nib.x, table, w0);
+      e2m1x8_lookup(nib.y, table, w1);
+      reinterpret_cast<uint4*>(dst)[0] = make_uint4(w0[0], w0[1], w0[2], w0[3]);
+      reinterpret_cast<uint4*>(dst)[1] = make_uint4(w1[0], w1[1], w1[2], w1[3]);
+    } else if constexpr (F::spec.rope == RopeEncoding::fp8) {
+      e4m3x16_scaled(rec + L::kRopeOffset + 16 * (u - kLatentUnits), load_f32_aligned(rec + L::kRopeScaleOffset), v);
+      store_16_bf16(dst, v);
+    } else {
+      const uint4* src = reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
+      reinterpret_cast<uint4*>(dst)[0] = src[0];
+      reinterpret_cast<uint4*>(dst)[1] = src[1];
+    }
+  } else if constexpr (F::spec.dtype == CacheDtype::bf16) {
+    // A bf16 record is a K row already: unit u is bytes [32u, 32u + 32).
+    const uint4* src = reinterpret_cast<const uint4*>(rec + 32 * u);
+    reinterpret_cast<uint4*>(dst)[0] = src[0];
+    reinterpret_cast<uint4*>(dst)[1] = src[1];
+  } else if constexpr (F::spec.dtype == CacheDtype::fp8_ds_mla) {
+    namespace L = layout::fp8;
+    if (u < kLatentUnits) {
+      const float p = load_f32_aligned(rec + L::kTileScaleOffset + 4 * (u * 16 / L::kTileDim));
+      e4m3x16_scaled(rec + L::kLatentOffset + 16 * u, p, v);
+      store_16_bf16(dst, v);
+    } else {
+      const uint4* src = reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
+      reinterpret_cast<uint4*>(dst)[0] = src[0];
+      reinterpret_cast<uint4*>(dst)[1] = src[1];
+    }
+  }
+}
+
+}  // namespace nvfp4mla::cuda

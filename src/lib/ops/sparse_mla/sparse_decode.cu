@@ -1,0 +1,731 @@
+// Split-KV sparse MLA decode.
+//
+// One CTA = one query row x one group of HG heads (16, 32 or 64) x one split of the row's
+// top-k list. 8 warps: warp w owns head block w % NB (16 heads) and part w / NB of the work.
+// Per KV tile of 64 entries:
+//   1. raw records arrive by cp.async (issued one tile ahead) and are dequantized into a BF16
+//      K tile in shared memory (invalid entries become zero rows and are never read);
+//   2. S = Q K^T: each warp computes its head block's scores for 64/PARTS entries and shares
+//      them through shared memory, so every warp holds its head block's full 16 x 64 scores;
+//   3. online softmax (base 2), P stays in registers as the A operand of
+//   4. O += P V: each warp accumulates 512/PARTS output dims of its 16 heads.
+// Splits write fp32 partials (normalized output and base-2 LSE); a merge kernel combines them.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+
+#include "device/cuda_check.h"
+#include "nvfp4mla/cuda/sparse_decode.h"
+#include "nvfp4mla/error.h"
+#include "ops/sparse_mla/kv_tile.cuh"
+#include "ops/sparse_mla/mma_sm80.cuh"
+
+namespace nvfp4mla::cuda {
+namespace {
+
+// CTA shape per head block count (decode_plan.h holds the table the planner uses too).
+template <int NB> constexpr DecodeTileConfig kConfig = decode_tile_config(16 * NB);
+constexpr int kRowStride = kQkDim + 8;    // BF16 elements per Q/K smem row (pad: no bank conflicts)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct DecodeParams {
+  const uint16_t* q;
+  const uint8_t* cache;
+  int64_t capacity;
+  const int32_t* indices;
+  const int32_t* topk_length;
+  int topk, heads;
+  int splits, tiles_per_split, num_tiles;
+  float scale_log2;  // sm_scale * log2(e)
+  float layer_scale;
+  bool lse_base2;
+  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV; results are garbage
+  __nv_bfloat16* out;   // final output when splits == 1
+  float* lse;
+  float* part_out;      // [rows, heads, splits, 512] when splits > 1
+  float* part_lse;      // [rows, heads, splits] (base 2)
+};
+
+template <int NB, class F>
+struct DecodeSmem {
+  static constexpr int HG = 16 * NB, BN = kConfig<NB>.tile_tokens, kScoreStride = BN + 8;
+  static constexpr int stages = decode_stages(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow);
+  static constexpr size_t q_bytes = size_t(HG) * kRowStride * 2;
+  static constexpr size_t k_bytes = size_t(BN) * kRowStride * 2;
+  static constexpr size_t s_bytes = size_t(HG) * kScoreStride * 4;
+  static constexpr size_t raw_stage_bytes = F::kRawIsKRow ? 0 : size_t(BN) * F::kRecordBytes;
+  static constexpr size_t tok_bytes = size_t(stages + 1) * BN * 4;
+  static constexpr size_t k_off = q_bytes, s_off = k_off + k_bytes, raw_off = s_off + s_bytes,
+                          tok_off = raw_off + stages * raw_stage_bytes, total = tok_off + tok_bytes;
+  static_assert(total == decode_smem_bytes(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow, stages));
+  static_assert(total <= kDecodeSmemPerBlock);
+};
+
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
+  if (!p.topk_length) return p.topk;
+  const int n = p.topk_length[row];
+  return n < 0 ? 0 : (n > p.topk ? p.topk : n);
+}
+
+// Slot of top-k position `pos` of `row`, or -1 when the entry is masked.
+__device__ __forceinline__ int32_t entry_slot(const DecodeParams& p, int row, int len, int pos) {
+  if (pos >= len) return -1;
+  const int32_t idx = p.indices[static_cast<int64_t>(row) * p.topk + pos];
+  return (idx >= 0 && idx < p.capacity) ? idx : -1;
+}
+
+// Start the asynchronous copy of a tile's raw records whose slots are in `tok` (into the raw
+// buffer, or straight into the K tile for bf16 records).
+template <class F, int kThreads, int kTile, bool kIntoKRows = F::kRawIsKRow>
+__device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_t* tok, uint8_t* raw,
+                                             int thread = threadIdx.x) {
+  constexpr int chunks = F::kRecordBytes / 16;
+  for (int c = thread; c < kTile * chunks; c += kThreads) {
+    const int t = c / chunks, ch = c % chunks;
+    const int32_t slot = tok[t];
+    if (slot < 0) continue;
+    const uint8_t* src = p.cache + static_cast<int64_t>(slot) * F::kRecordBytes + 16 * ch;
+    uint8_t* dst = kIntoKRows ? raw + (size_t(t) * kRowStride * 2 + 16 * ch) : raw + (size_t(t) * F::kRecordBytes + 16 * ch);
+    ptx::cp_async_16(dst, src);
+  }
+  ptx::cp_async_commit();
+}
+
+// Online softmax state of one thread: rows g and g + 8 of its warp's 16-head block. l sums the
+// fp32 weights (for the LSE); l_out sums the BF16-rounded weights the PV product uses (for
+// normalizing the output).
+struct SoftmaxState {
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, l_out[2] = {0.0f, 0.0f};
+};
+
+// One tile of the online softmax (base 2). `s` holds the tile's logits (scaled, -inf where
+// masked) in the MMA accumulator layout; on return it holds the BF16-rounded weights, and the
+// output accumulators are rescaled to the new running maximum.
+template <int NT, int NT_O>
+__device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    const float m_new = fmaxf(st.m[r], mx);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = ptx::exp2_approx(st.m[r] - m_use);
+    st.m[r] = m_new;
+    float sum = 0.0f, sum_rounded = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use);
+      s[j][2 * r] = round_bf16(e0);
+      s[j][2 * r + 1] = round_bf16(e1);
+      sum += e0 + e1;
+      sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    st.l[r] = st.l[r] * alpha + sum;
+    st.l_out[r] = st.l_out[r] * alpha + sum_rounded;
+#pragma unroll
+    for (int i = 0; i < NT_O; ++i) {
+      o[i][2 * r] *= alpha;
+      o[i][2 * r + 1] *= alpha;
+    }
+  }
+}
+
+// O += P V for a tile of NT * 8 entries: P (the weights in `s`) is the A operand straight from
+// registers; V rows come from the K tile (`k_tile`, row stride kRowStride) by transposing
+// ldmatrix, output dims [dim0, dim0 + 8 * NT_O).
+template <int NT, int NT_O>
+__device__ __forceinline__ void pv_update(const float (&s)[NT][4], const __nv_bfloat16* k_tile, int dim0, int lane,
+                                          float (&o)[NT_O][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                           ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                           ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const __nv_bfloat16* v_base = k_tile + (kk * 16 + (lane & 15)) * kRowStride + dim0 + (lane >> 4) * 8;
+#pragma unroll
+    for (int n = 0; n < NT_O; n += 2) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, v_base + n * 8);
+      ptx::mma_bf16_16816(o[n], a, b[0], b[1]);
+      ptx::mma_bf16_16816(o[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
+// the final BF16 output and LSE when there is one split, else this split's fp32 partial.
+template <int NT_O>
+__device__ __forceinline__ void store_outputs(const DecodeParams& p, const SoftmaxState& st, const float (&o)[NT_O][4],
+                                              int row, int head0, int heads_here, int hb, int dim0, bool writes_lse,
+                                              int split, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r], lo = st.l_out[r];
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 1);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 2);
+    const int h = hb * 16 + g + 8 * r;
+    if (h >= heads_here) continue;
+    const float inv = lo > 0.0f ? 1.0f / lo : 0.0f;
+    const float lse2 = l > 0.0f ? st.m[r] + log2f(l) : -INFINITY;
+    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
+    if (p.splits == 1) {
+      __nv_bfloat16* dst = p.out + rh * kLatentDim + dim0 + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n)
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = ptx::pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (writes_lse && t4 == 0) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
+    } else {
+      const int64_t ps = rh * p.splits + split;
+      float* dst = p.part_out + ps * kLatentDim + dim0 + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (writes_lse && t4 == 0) p.part_lse[ps] = lse2;
+    }
+  }
+}
+
+template <int NB, class F>
+__global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) sparse_decode_kernel(const DecodeParams p) {
+  constexpr int kWarps = kConfig<NB>.warps;
+  constexpr int kThreads = 32 * kWarps;
+  constexpr int kTile = kConfig<NB>.tile_tokens;
+  using Smem = DecodeSmem<NB, F>;
+  constexpr int kScoreStride = Smem::kScoreStride;
+  constexpr int HG = Smem::HG;
+  constexpr int PARTS = kWarps / NB;
+  constexpr int TPW = kTile / PARTS;   // score columns per warp
+  constexpr int NT_S = TPW / 8;
+  constexpr int DPW = kLatentDim / PARTS;  // output dims per warp
+  constexpr int NT_O = DPW / 8;
+  static_assert(NT_S >= 1 && NT_O % 2 == 0);
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
+  float* sS = reinterpret_cast<float*>(smem + Smem::s_off);
+  uint8_t* sRaw = F::kRawIsKRow ? reinterpret_cast<uint8_t*>(sK) : smem + Smem::raw_off;
+  int32_t* sTok = reinterpret_cast<int32_t*>(smem + Smem::tok_off);
+
+  const int row = blockIdx.x, head0 = blockIdx.y * HG, split = blockIdx.z;
+  const int heads_here = min(HG, p.heads - head0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int hb = warp % NB, part = warp / NB;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int len = row_length(p, row);
+  const int tile_begin = split * p.tiles_per_split;
+  const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
+
+  // Q rows of this head group (padding heads are zero).
+  constexpr int q_chunks = kQkDim / 8;
+  for (int c = tid; c < HG * q_chunks; c += kThreads) {
+    const int h = c / q_chunks, ch = c % q_chunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
+    *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
+  }
+  // Raw records travel kStages tiles ahead of the computed tile (a ring of kStages buffers, one
+  // cp.async group per tile, empty groups past the end keep the count uniform). Slots travel
+  // one step further: a register of the first kTile threads holds the slots of the next tile
+  // to publish, so their index loads overlap a whole tile of work; sTok is a ring of
+  // kStages + 1 tiles (the computed one and those in flight).
+  constexpr int kStages = Smem::stages;
+  constexpr int kTokRing = kStages + 1;
+  auto raw_of = [&](int t) { return F::kRawIsKRow ? sRaw : sRaw + size_t(t % kStages) * Smem::raw_stage_bytes; };
+  auto tok_of = [&](int t) { return sTok + (t % kTokRing) * kTile; };
+  int32_t next_slot = -1;
+  if (tid < kTile) {
+    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) tok_of(t)[tid] = entry_slot(p, row, len, t * kTile + tid);
+    if (tile_begin + kStages < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + kStages) * kTile + tid);
+  }
+  __syncthreads();
+  for (int t = tile_begin; t < tile_begin + kStages; ++t) {
+    if (t < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(t), raw_of(t));
+    else ptx::cp_async_commit();
+  }
+
+  float o[NT_O][4];
+#pragma unroll
+  for (int i = 0; i < NT_O; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  SoftmaxState st;
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int32_t* tok = tok_of(tile);
+    const uint8_t* raw = raw_of(tile);
+    ptx::cp_async_wait_group<kStages - 1>();
+    __syncthreads();
+    if (tid < kTile && tile + kStages < tile_end) {
+      tok_of(tile + kStages)[tid] = next_slot;
+      next_slot = tile + kStages + 1 < tile_end ? entry_slot(p, row, len, (tile + kStages + 1) * kTile + tid) : -1;
+    }
+    // 1. Dequantize into the K tile; masked entries become zero rows. Latent groups and RoPE
+    //    chunks run in separate loops so that no warp diverges between the two paths.
+    for (int u = tid; u < kTile * kLatentUnits; u += kThreads) {
+      const int t = u / kLatentUnits, k = u % kLatentUnits;
+      __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
+      if (p.debug_skip & 1) {
+        if (t == 0) store_16_zero(dst);
+      } else if (tok[t] < 0) {
+        store_16_zero(dst);
+      } else if constexpr (!F::kRawIsKRow) {
+        dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      }
+    }
+    constexpr int kRopeUnits = kUnitsPerRow - kLatentUnits;
+    for (int u = tid; u < kTile * kRopeUnits; u += kThreads) {
+      const int t = u / kRopeUnits, k = kLatentUnits + u % kRopeUnits;
+      __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
+      if (tok[t] < 0) {
+        store_16_zero(dst);
+      } else if constexpr (!F::kRawIsKRow) {
+        dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      }
+    }
+    __syncthreads();
+    if constexpr (!F::kRawIsKRow) {  // the buffer just dequantized takes tile + kStages
+      if (tile + kStages < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + kStages), raw_of(tile + kStages));
+      else ptx::cp_async_commit();
+    }
+
+    // 2. Scores of this warp's columns.
+    float acc[NT_S][4];
+#pragma unroll
+    for (int j = 0; j < NT_S; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const __nv_bfloat16* q_base = sQ + (hb * 16 + (lane & 15)) * kRowStride + (lane >> 4) * 8;
+    const int col0 = part * TPW;
+#pragma unroll 4
+    for (int kk = 0; kk < ((p.debug_skip & 2) ? 0 : kQkDim / 16); ++kk) {
+      uint32_t a[4];
+      ptx::ldmatrix_x4(a, q_base + kk * 16);
+      if constexpr (NT_S == 1) {
+        uint32_t b[2];
+        ptx::ldmatrix_x2(b, sK + (col0 + (lane & 7)) * kRowStride + kk * 16 + ((lane >> 3) & 1) * 8);
+        ptx::mma_bf16_16816(acc[0], a, b[0], b[1]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < NT_S; j += 2) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4(b, sK + (col0 + j * 8 + (lane & 7) + ((lane >> 4) << 3)) * kRowStride + kk * 16 +
+                                  ((lane >> 3) & 1) * 8);
+          ptx::mma_bf16_16816(acc[j], a, b[0], b[1]);
+          ptx::mma_bf16_16816(acc[j + 1], a, b[2], b[3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NT_S; ++j) {
+      float* s0 = sS + (hb * 16 + g) * kScoreStride + col0 + j * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(s0) = make_float2(acc[j][0], acc[j][1]);
+      *reinterpret_cast<float2*>(s0 + 8 * kScoreStride) = make_float2(acc[j][2], acc[j][3]);
+    }
+    __syncthreads();
+
+    // 3. Online softmax over the full 16 x 64 score block of this head block.
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j) {
+      const float* s0 = sS + (hb * 16 + g) * kScoreStride + j * 8 + 2 * t4;
+      const float2 lo = *reinterpret_cast<const float2*>(s0);
+      const float2 hi = *reinterpret_cast<const float2*>(s0 + 8 * kScoreStride);
+      const bool v0 = tok[j * 8 + 2 * t4] >= 0, v1 = tok[j * 8 + 2 * t4 + 1] >= 0;
+      s[j][0] = v0 ? lo.x * p.scale_log2 : -INFINITY;
+      s[j][1] = v1 ? lo.y * p.scale_log2 : -INFINITY;
+      s[j][2] = v0 ? hi.x * p.scale_log2 : -INFINITY;
+      s[j][3] = v1 ? hi.y * p.scale_log2 : -INFINITY;
+    }
+    softmax_update(s, st, o);
+
+    // 4. O += P V over this warp's output dims.
+    if (!(p.debug_skip & 4)) pv_update(s, sK, part * DPW, lane, o);
+    __syncthreads();
+    if constexpr (F::kRawIsKRow) {  // the K tile is free again: it takes the next tile's rows
+      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + 1), sRaw);
+      else ptx::cp_async_commit();
+    }
+  }
+
+  store_outputs(p, st, o, row, head0, heads_here, hb, part * DPW, part == 0, split, lane);
+}
+
+// ---- warp-specialized decode for 64-head tiles (sm_90) ---------------------------------------
+//
+// Four warpgroups: two producer warpgroups gather raw records (cp.async, kStages tiles ahead)
+// and dequantize each 32-entry tile into one of two K buffers, while two consumer warpgroups run
+// S = Q K^T, the softmax and O += P V on the other buffer, so dequantization overlaps the
+// matrix work. Consumer warp c owns heads 16 * (c % 4) .. +16 and half c / 4 of the work: for
+// S it sums the dims [288 * half, +288) (the halves add their partial scores through shared
+// memory), for O it owns output dims [256 * half, +256). Full/empty handoffs use named
+// barriers; setmaxnreg moves registers from the producer to the consumers.
+constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256;
+constexpr int kWsScoreStride = kWsTile + 8;
+constexpr int kBarConsumer = 1, kBarProducer = 2, kBarFull0 = 3, kBarEmpty0 = 5;
+static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
+
+template <class F>
+struct WsSmem {
+  static constexpr size_t q_bytes = size_t(kWsHeads) * kRowStride * 2;
+  static constexpr size_t k_buf_bytes = size_t(kWsTile) * kRowStride * 2;
+  static constexpr size_t sp_bytes = size_t(2) * 2 * kWsHeads * kWsScoreStride * 4;  // [buffer][half]
+  static constexpr size_t valid_bytes = size_t(2) * kWsTile * 4;
+  static constexpr size_t raw_stage_bytes = size_t(kWsTile) * F::kRecordBytes;
+  static constexpr size_t fixed = q_bytes + 2 * k_buf_bytes + sp_bytes + valid_bytes;
+  static constexpr size_t bytes_for(int stages) { return fixed + stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4; }
+  static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
+                                : bytes_for(3) <= kDecodeSmemPerBlock ? 3
+                                : bytes_for(2) <= kDecodeSmemPerBlock ? 2
+                                                                      : 1;
+  static constexpr size_t k_off = q_bytes, sp_off = k_off + 2 * k_buf_bytes, valid_off = sp_off + sp_bytes,
+                          raw_off = valid_off + valid_bytes, slot_off = raw_off + stages * raw_stage_bytes,
+                          total = bytes_for(stages);
+  static_assert(total <= kDecodeSmemPerBlock);
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NVFP4MLA_SETMAXNREG(dir, n) asm volatile("setmaxnreg." #dir ".sync.aligned.u32 %0;\n" ::"n"(n))
+#else
+#define NVFP4MLA_SETMAXNREG(dir, n)
+#endif
+
+template <class F>
+__global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
+  using Smem = WsSmem<F>;
+  constexpr int kStages = Smem::stages, kSlotRing = kStages + 1;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
+  float* sP = reinterpret_cast<float*>(smem + Smem::sp_off);
+  int32_t* sValid = reinterpret_cast<int32_t*>(smem + Smem::valid_off);
+  uint8_t* sRaw = smem + Smem::raw_off;
+  int32_t* sSlot = reinterpret_cast<int32_t*>(smem + Smem::slot_off);
+
+  const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
+  const int heads_here = min(kWsHeads, p.heads - head0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int len = row_length(p, row);
+  const int tile_begin = split * p.tiles_per_split;
+  const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
+  auto k_buf = [&](int i) { return sK + (i & 1) * kWsTile * kRowStride; };
+  auto slot_of = [&](int t) { return sSlot + (t % kSlotRing) * kWsTile; };
+  auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
+
+  constexpr int q_chunks = kQkDim / 8;
+  for (int c = tid; c < kWsHeads * q_chunks; c += kWsThreads) {
+    const int h = c / q_chunks, ch = c % q_chunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
+    *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
+  }
+  const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
+  int32_t next_slot = -1;
+  if (ptid >= 0 && ptid < kWsTile) {
+    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t)
+      slot_of(t)[ptid] = entry_slot(p, row, len, t * kWsTile + ptid);
+    if (tile_begin + kStages < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + kStages) * kWsTile + ptid);
+  }
+  __syncthreads();
+
+  if (ptid >= 0) {
+    // ---- producer warpgroups ----
+    NVFP4MLA_SETMAXNREG(dec, 56);
+    constexpr int kProducers = kWsThreads - kWsConsumers;
+    for (int t = tile_begin; t < tile_begin + kStages; ++t) {
+      if (t < tile_end) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(t), raw_of(t), ptid);
+      else ptx::cp_async_commit();
+    }
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+      const int i = tile - tile_begin;
+      if (i >= 2) ptx::named_barrier_sync(kBarEmpty0 + (i & 1), kWsThreads);  // consumers left this buffer
+      ptx::cp_async_wait_group<kStages - 1>();
+      ptx::named_barrier_sync(kBarProducer, kProducers);  // every producer's copies of this tile landed
+      if (ptid < kWsTile && tile + kStages < tile_end) {
+        slot_of(tile + kStages)[ptid] = next_slot;
+        next_slot = tile + kStages + 1 < tile_end ? entry_slot(p, row, len, (tile + kStages + 1) * kWsTile + ptid) : -1;
+      }
+      const int32_t* slots = slot_of(tile);
+      const uint8_t* raw = raw_of(tile);
+      __nv_bfloat16* kt = k_buf(i);
+      // Latent groups and RoPE chunks in separate loops: no warp diverges between the paths.
+      for (int u = ptid; u < kWsTile * kLatentUnits; u += kProducers) {
+        const int t = u / kLatentUnits, k = u % kLatentUnits;
+        __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
+        if (slots[t] < 0) store_16_zero(dst);
+        else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      }
+      for (int u = ptid; u < kWsTile * (kUnitsPerRow - kLatentUnits); u += kProducers) {
+        const int t = u / (kUnitsPerRow - kLatentUnits), k = kLatentUnits + u % (kUnitsPerRow - kLatentUnits);
+        __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
+        if (slots[t] < 0) store_16_zero(dst);
+        else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      }
+      if (ptid < kWsTile) sValid[(i & 1) * kWsTile + ptid] = slots[ptid] >= 0;
+      __threadfence_block();
+      ptx::named_barrier_arrive(kBarFull0 + (i & 1), kWsThreads);
+      ptx::named_barrier_sync(kBarProducer, kProducers);  // all reads of this raw stage are done
+      if (tile + kStages < tile_end) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(tile + kStages), raw_of(tile + kStages), ptid);
+      else ptx::cp_async_commit();
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  NVFP4MLA_SETMAXNREG(inc, 200);
+  const int hb = warp & 3, half = warp >> 2;
+  const int g = lane >> 2, t4 = lane & 3;
+  constexpr int NT = kWsTile / 8;  // score n-tiles per tile
+  constexpr int NT_O = 256 / 8;    // output n-tiles per warp
+  float o[NT_O][4];
+#pragma unroll
+  for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  SoftmaxState st;
+  const __nv_bfloat16* q_base = sQ + (hb * 16 + (lane & 15)) * kRowStride + half * 288 + (lane >> 4) * 8;
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int i = tile - tile_begin;
+    const __nv_bfloat16* kt = k_buf(i);
+    ptx::named_barrier_sync(kBarFull0 + (i & 1), kWsThreads);
+    // Partial scores over this half's 288 dims.
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const __nv_bfloat16* k_base = kt + ((lane & 7) + ((lane >> 4) << 3)) * kRowStride + half * 288 + ((lane >> 3) & 1) * 8;
+#pragma unroll 3
+    for (int kk = 0; kk < 288 / 16; ++kk) {
+      uint32_t a[4];
+      ptx::ldmatrix_x4(a, q_base + kk * 16);
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4(b, k_base + j * 8 * kRowStride + kk * 16);
+        ptx::mma_bf16_16816(acc[j], a, b[0], b[1]);
+        ptx::mma_bf16_16816(acc[j + 1], a, b[2], b[3]);
+      }
+    }
+    float* sp_mine = sP + ((i & 1) * 2 + half) * kWsHeads * kWsScoreStride;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float* s0 = sp_mine + (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(s0) = make_float2(acc[j][0], acc[j][1]);
+      *reinterpret_cast<float2*>(s0 + 8 * kWsScoreStride) = make_float2(acc[j][2], acc[j][3]);
+    }
+    ptx::named_barrier_sync(kBarConsumer, kWsConsumers);
+    // Full scores = half 0 + half 1 (the same order in both warps of a pair), scaled and masked.
+    const float* sp0 = sP + ((i & 1) * 2) * kWsHeads * kWsScoreStride;
+    const float* sp1 = sp0 + kWsHeads * kWsScoreStride;
+    const int32_t* valid = sValid + (i & 1) * kWsTile;
+    float s[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int off = (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
+      const float2 a_lo = *reinterpret_cast<const float2*>(sp0 + off), b_lo = *reinterpret_cast<const float2*>(sp1 + off);
+      const float2 a_hi = *reinterpret_cast<const float2*>(sp0 + off + 8 * kWsScoreStride);
+      const float2 b_hi = *reinterpret_cast<const float2*>(sp1 + off + 8 * kWsScoreStride);
+      const bool v0 = valid[j * 8 + 2 * t4] != 0, v1 = valid[j * 8 + 2 * t4 + 1] != 0;
+      s[j][0] = v0 ? (a_lo.x + b_lo.x) * p.scale_log2 : -INFINITY;
+      s[j][1] = v1 ? (a_lo.y + b_lo.y) * p.scale_log2 : -INFINITY;
+      s[j][2] = v0 ? (a_hi.x + b_hi.x) * p.scale_log2 : -INFINITY;
+      s[j][3] = v1 ? (a_hi.y + b_hi.y) * p.scale_log2 : -INFINITY;
+    }
+    softmax_update(s, st, o);
+    pv_update(s, kt, half * 256, lane, o);
+    if (tile + 2 < tile_end) ptx::named_barrier_arrive(kBarEmpty0 + (i & 1), kWsThreads);  // buffer free
+  }
+  store_outputs(p, st, o, row, head0, heads_here, hb, half * 256, half == 0, split, lane);
+}
+
+// Combine the splits of one (row, head): weights 2^(lse_s - max), output = weighted mean.
+constexpr int kMergeThreads = kLatentDim / 4;
+__global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float* __restrict__ part_out,
+                                                                     const float* __restrict__ part_lse, int splits,
+                                                                     bool lse_base2, __nv_bfloat16* __restrict__ out,
+                                                                     float* __restrict__ lse) {
+  extern __shared__ float weights[];
+  __shared__ float s_max, s_sum;
+  const int64_t rh = blockIdx.x;
+  const float* pl = part_lse + rh * splits;
+  if (threadIdx.x < 32) {
+    float m = -INFINITY;
+    for (int s = threadIdx.x; s < splits; s += 32) m = fmaxf(m, pl[s]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+    float sum = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += 32) {
+      const float w = m == -INFINITY ? 0.0f : exp2f(pl[s] - m);
+      weights[s] = w;
+      sum += w;
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+    if (threadIdx.x == 0) {
+      s_max = m;
+      s_sum = sum;
+    }
+  }
+  __syncthreads();
+  const float inv = s_sum > 0.0f ? 1.0f / s_sum : 0.0f;
+  float4 acc = make_float4(0, 0, 0, 0);
+  for (int s = 0; s < splits; ++s) {
+    const float w = weights[s];
+    if (w == 0.0f) continue;  // also skips never-written partials of empty splits
+    const float4 v = reinterpret_cast<const float4*>(part_out + (rh * splits + s) * kLatentDim)[threadIdx.x];
+    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+  }
+  uint2 packed;
+  packed.x = ptx::pack_bf16x2(acc.x * inv, acc.y * inv);
+  packed.y = ptx::pack_bf16x2(acc.z * inv, acc.w * inv);
+  reinterpret_cast<uint2*>(out + rh * kLatentDim)[threadIdx.x] = packed;
+  if (threadIdx.x == 0) {
+    const float l2 = s_sum > 0.0f ? s_max + log2f(s_sum) : -INFINITY;
+    lse[rh] = lse_base2 ? l2 : l2 * kLn2;
+  }
+}
+
+template <int NB, class F>
+void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
+  using Smem = DecodeSmem<NB, F>;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    check(cudaFuncSetAttribute(sparse_decode_kernel<NB, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Smem::total)),
+          "sparse decode: shared memory opt-in");
+  });
+  const dim3 grid(rows, head_groups, p.splits);
+  sparse_decode_kernel<NB, F><<<grid, 32 * kConfig<NB>.warps, Smem::total, stream>>>(p);
+  check_launch("sparse decode kernel launch");
+}
+
+template <class F>
+void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
+  using Smem = WsSmem<F>;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    check(cudaFuncSetAttribute(sparse_decode_ws_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Smem::total)),
+          "sparse decode: shared memory opt-in");
+  });
+  const dim3 grid(rows, head_groups, p.splits);
+  sparse_decode_ws_kernel<F><<<grid, kWsThreads, Smem::total, stream>>>(p);
+  check_launch("sparse decode (warp-specialized) kernel launch");
+}
+
+// The warp-specialized kernel needs sm_90a (setmaxnreg); other GPUs run the portable kernel.
+bool current_device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "compute capability");
+  static const bool force_portable = std::getenv("NVFP4MLA_PORTABLE_DECODE") != nullptr;
+  return major == 9 && minor == 0 && !force_portable;
+}
+
+template <class F>
+void dispatch_heads(const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
+  switch (plan.head_group) {
+    case 16: return launch_decode<1, F>(p, rows, plan.num_head_groups, stream);
+    case 32: return launch_decode<2, F>(p, rows, plan.num_head_groups, stream);
+    case 64:
+      if (current_device_is_sm90()) return launch_decode_ws<F>(p, rows, plan.num_head_groups, stream);
+      return launch_decode<4, F>(p, rows, plan.num_head_groups, stream);
+    default: throw Error("sparse decode: head group must be 16, 32 or 64");
+  }
+}
+
+void dispatch_format(const RecordSpec& spec, const DecodePlan& plan, const DecodeParams& p, int rows,
+                     cudaStream_t stream) {
+  using D = CacheDtype;
+  using R = RopeEncoding;
+  using M = ScaleMode;
+  if (spec.dtype == D::bf16) return dispatch_heads<Format<D::bf16, R::bf16, M::implicit>>(plan, p, rows, stream);
+  if (spec.dtype == D::fp8_ds_mla) return dispatch_heads<Format<D::fp8_ds_mla, R::bf16, M::implicit>>(plan, p, rows, stream);
+  if (spec.rope == R::fp8) {
+    switch (spec.scale_mode) {
+      case M::implicit: return dispatch_heads<Format<D::nvfp4_ds_mla, R::fp8, M::implicit>>(plan, p, rows, stream);
+      case M::static_calibrated:
+        return dispatch_heads<Format<D::nvfp4_ds_mla, R::fp8, M::static_calibrated>>(plan, p, rows, stream);
+      case M::dynamic: return dispatch_heads<Format<D::nvfp4_ds_mla, R::fp8, M::dynamic>>(plan, p, rows, stream);
+    }
+  } else {
+    switch (spec.scale_mode) {
+      case M::implicit: return dispatch_heads<Format<D::nvfp4_ds_mla, R::bf16, M::implicit>>(plan, p, rows, stream);
+      case M::static_calibrated:
+        return dispatch_heads<Format<D::nvfp4_ds_mla, R::bf16, M::static_calibrated>>(plan, p, rows, stream);
+      case M::dynamic: break;
+    }
+  }
+  throw Error("sparse decode: dynamic scale mode requires the 368-byte (fp8 RoPE) record");
+}
+
+}  // namespace
+
+int current_sm_count() {
+  int dev = 0, sms = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
+  return sms;
+}
+
+void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,
+                   size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream) {
+  validate_sparse_mla_args(spec, a);
+  if (a.rows == 0) return;
+  if (!out || !lse) throw Error("sparse decode: out and lse are required");
+  if (a.capacity > INT32_MAX) throw Error("sparse decode: capacity above 2^31 slots is not supported by int32 indices");
+  const int expect_groups = (a.heads + plan.head_group - 1) / plan.head_group;
+  const DecodeTileConfig cfg = decode_tile_config(plan.head_group);
+  if (plan.num_head_groups != expect_groups || plan.head_group != cfg.head_group || plan.warps != cfg.warps ||
+      plan.tile_tokens != cfg.tile_tokens || plan.num_tiles != (a.topk + cfg.tile_tokens - 1) / cfg.tile_tokens ||
+      plan.splits < 1 ||
+      static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles)
+    throw Error("sparse decode: the plan does not match rows/heads/topk; build it with plan_sparse_decode");
+  const auto ws = decode_workspace_layout(plan, a.rows, a.heads);
+  if (workspace_bytes < ws.total_bytes || (ws.total_bytes > 0 && !workspace))
+    throw Error("sparse decode: workspace of " + std::to_string(ws.total_bytes) + " bytes required, got " +
+                std::to_string(workspace_bytes));
+  if ((reinterpret_cast<uintptr_t>(a.q) & 15) || (reinterpret_cast<uintptr_t>(a.cache) & 15) ||
+      (reinterpret_cast<uintptr_t>(workspace) & 255))
+    throw Error("sparse decode: q and cache must be 16-byte aligned, the workspace 256-byte aligned");
+
+  DecodeParams p{};
+  p.q = a.q;
+  p.cache = a.cache;
+  p.capacity = a.capacity;
+  p.indices = a.indices;
+  p.topk_length = a.topk_length;
+  p.topk = a.topk;
+  p.heads = a.heads;
+  p.splits = plan.splits;
+  p.tiles_per_split = plan.tiles_per_split;
+  p.num_tiles = plan.num_tiles;
+  p.scale_log2 = a.sm_scale * kLog2e;
+  p.layer_scale = a.layer_scale;
+  p.lse_base2 = a.lse_base == LseBase::base2;
+  static const int debug_skip = [] {
+    const char* e = std::getenv("NVFP4MLA_DEBUG_SKIP");
+    return e ? std::atoi(e) : 0;
+  }();
+  p.debug_skip = debug_skip;
+  p.out = reinterpret_cast<__nv_bfloat16*>(out);
+  p.lse = lse;
+  if (plan.splits > 1) {
+    p.part_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_out_offset);
+    p.part_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_lse_offset);
+  }
+  dispatch_format(spec, plan, p, a.rows, stream);
+  if (plan.splits > 1) {
+    const int64_t n = static_cast<int64_t>(a.rows) * a.heads;
+    merge_splits_kernel<<<static_cast<unsigned>(n), kMergeThreads, plan.splits * sizeof(float), stream>>>(
+        p.part_out, p.part_lse, plan.splits, p.lse_base2, p.out, lse);
+    check_launch("split merge kernel launch");
+  }
+}
+
+}  // namespace nvfp4mla::cuda

@@ -1,0 +1,209 @@
+// GPU sparse decode against the CPU reference, FlashMLA tolerances:
+// out |d| <= 1e-3 or |d| <= 2/128 |ref|; lse |d| <= 1e-5 or |d| <= 8/65536 |ref|.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_support.h"
+#include "nvfp4mla/codec.h"
+#include "nvfp4mla/cuda/sparse_decode.h"
+#include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/error.h"
+#include "support/attention_problem.h"
+
+using namespace nvfp4mla;
+using nvfp4mla::testing::AttentionProblem;
+using nvfp4mla::testing::DeviceBuffer;
+using nvfp4mla::testing::make_problem;
+using nvfp4mla::testing::ProblemOptions;
+
+namespace {
+
+const RecordSpec kAllSpecs[] = {
+    {CacheDtype::bf16, RopeEncoding::bf16, ScaleMode::implicit},
+    {CacheDtype::fp8_ds_mla, RopeEncoding::bf16, ScaleMode::implicit},
+    {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::implicit},
+    {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::static_calibrated},
+    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::implicit},
+    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::static_calibrated},
+    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::dynamic},
+};
+
+std::string name(const RecordSpec& s) {
+  return std::string(to_string(s.dtype)) + "-" + std::to_string(s.record_bytes()) + "-" + to_string(s.scale_mode);
+}
+
+struct GpuResult {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+GpuResult run_gpu(const AttentionProblem& p, int forced_splits, LseBase base = LseBase::natural) {
+  DeviceBuffer<uint16_t> q(p.q);
+  DeviceBuffer<uint8_t> cache(p.cache);
+  DeviceBuffer<int32_t> idx(p.indices);
+  DeviceBuffer<int32_t> len(p.topk_length);
+  DeviceBuffer<uint16_t> out(static_cast<size_t>(p.rows) * p.heads * kLatentDim);
+  DeviceBuffer<float> lse(static_cast<size_t>(p.rows) * p.heads);
+  out.fill_bytes(0xFF);  // poison: every element must be written
+  lse.fill_bytes(0xFF);
+  SparseMlaArgs a = p.host_args();
+  a.q = q.get();
+  a.cache = cache.get();
+  a.indices = idx.get();
+  a.topk_length = p.topk_length.empty() ? nullptr : len.get();
+  a.lse_base = base;
+  const auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, cuda::current_sm_count(), forced_splits);
+  const auto ws_layout = decode_workspace_layout(plan, p.rows, p.heads);
+  DeviceBuffer<uint8_t> ws(ws_layout.total_bytes);
+  ws.fill_bytes(0xFF);
+  cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("kernel failed");
+  return {out.download(), lse.download()};
+}
+
+// Largest |V| over the valid entries of each row.
+std::vector<float> row_value_scale(const AttentionProblem& p) {
+  std::vector<float> scale(p.rows, 0.0f);
+  const SparseMlaArgs a = p.host_args();
+  std::vector<float> kv(kLatentDim), pe(kRopeDim);
+  for (int r = 0; r < p.rows; ++r)
+    for (int k = 0; k < p.topk; ++k) {
+      if (!sparse_entry_valid(a, r, k)) continue;
+      const int64_t slot = p.indices[static_cast<size_t>(r) * p.topk + k];
+      record::decode(p.spec, &p.cache[slot * p.spec.record_bytes()], p.layer_scale, kv.data(), pe.data());
+      for (float v : kv) scale[r] = std::max(scale[r], std::fabs(v));
+    }
+  return scale;
+}
+
+// Compare with the fp64 reference on the kernel's BF16 operands; returns the number of failures (reports the first few).
+// Per (row, head): cosine difference <= 5e-6 (FlashMLA's criterion); an empty row must give
+// exactly 0. Per element: |d| <= 1e-3 + 2/128 |ref| + vmax/256, where vmax/256 bounds what
+// BF16 probabilities (relative error 2^-9 per weight) can move a weighted mean of values of
+// magnitude <= vmax (the row's largest |V|).
+int64_t compare(const AttentionProblem& p, const GpuResult& g, LseBase base = LseBase::natural) {
+  std::vector<float> ref_out(static_cast<size_t>(p.rows) * p.heads * kLatentDim), ref_lse(static_cast<size_t>(p.rows) * p.heads);
+  SparseMlaArgs a = p.host_args();
+  a.lse_base = base;
+  sparse_mla_reference(p.spec, a, ref_out.data(), ref_lse.data(), {.bf16_operands = true});
+  int64_t bad = 0;
+  const std::vector<float> vscale = row_value_scale(p);
+  for (int rh = 0; rh < p.rows * p.heads; ++rh) {
+    const int row = rh / p.heads;
+    double dot = 0, n_got = 0, n_ref = 0;
+    for (int d = 0; d < kLatentDim; ++d) {
+      const size_t i = static_cast<size_t>(rh) * kLatentDim + d;
+      const double got = codec::bf16_decode(g.out[i]), want = ref_out[i];
+      dot += got * want;
+      n_got += got * got;
+      n_ref += want * want;
+      const double err = std::fabs(got - want);
+      if (!(err <= 1e-3 + (2.0 / 128.0) * std::fabs(want) + vscale[row] / 256.0) && bad++ < 5)
+        ADD_FAILURE() << "out row " << row << " head " << rh % p.heads << " dim " << d << ": gpu " << got << " ref " << want;
+    }
+    if (n_ref == 0) {
+      if (n_got != 0 && bad++ < 5) ADD_FAILURE() << "row " << row << " head " << rh % p.heads << ": empty row must give 0";
+      continue;
+    }
+    const double cos_diff = n_got > 0 ? 1.0 - dot / std::sqrt(n_got * n_ref) : 1.0;
+    if (!(cos_diff <= 5e-6) && bad++ < 5)
+      ADD_FAILURE() << "row " << row << " head " << rh % p.heads << ": cosine difference " << cos_diff;
+  }
+  for (size_t i = 0; i < ref_lse.size(); ++i) {
+    const float got = g.lse[i], want = ref_lse[i];
+    const bool ok = std::isinf(want) ? (std::isinf(got) && got < 0)
+                                     : (std::fabs(got - want) <= 1e-5f || std::fabs(got - want) <= (8.0f / 65536.0f) * std::fabs(want));
+    if (!ok && bad++ < 10) ADD_FAILURE() << "lse[" << i << "]: gpu " << got << " ref " << want;
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
+  NVFP4MLA_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (const auto& spec : kAllSpecs) {
+    for (int heads : {8, 16, 32, 64, 128}) {
+      SCOPED_TRACE(name(spec) + " heads " + std::to_string(heads));
+      const auto p = make_problem(spec, /*rows=*/5, heads, /*topk=*/320, seed++);
+      EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
+    }
+  }
+}
+
+TEST(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
+  NVFP4MLA_REQUIRE_GPU();
+  for (const auto& spec : {kAllSpecs[1], kAllSpecs[6]}) {
+    SCOPED_TRACE(name(spec));
+    const auto p = make_problem(spec, 4, 64, 2048, 11);
+    const auto one = run_gpu(p, 1), many = run_gpu(p, 32), odd = run_gpu(p, 7);
+    EXPECT_EQ(compare(p, one), 0);
+    EXPECT_EQ(compare(p, many), 0);
+    EXPECT_EQ(compare(p, odd), 0);
+  }
+}
+
+TEST(GpuSparseDecode, TopkLengthEmptyRowsAndRaggedTopk) {
+  NVFP4MLA_REQUIRE_GPU();
+  ProblemOptions opt;
+  opt.lengths = true;
+  uint64_t seed = 50;
+  for (const auto& spec : kAllSpecs) {
+    for (int topk : {64, 100, 1000}) {  // ragged widths are masked up to the next multiple of 64
+      SCOPED_TRACE(name(spec) + " topk " + std::to_string(topk));
+      const auto p = make_problem(spec, 6, 16, topk, seed++, opt);
+      EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
+      EXPECT_EQ(compare(p, run_gpu(p, 3)), 0);
+    }
+  }
+}
+
+TEST(GpuSparseDecode, Base2LseAndLargeMagnitudes) {
+  NVFP4MLA_REQUIRE_GPU();
+  ProblemOptions opt;
+  opt.log10_min = -4;
+  opt.log10_max = 2;
+  opt.outliers = true;
+  uint64_t seed = 77;
+  for (const auto& spec : kAllSpecs) {
+    SCOPED_TRACE(name(spec));
+    const auto p = make_problem(spec, 3, 32, 512, seed++, opt);
+    EXPECT_EQ(compare(p, run_gpu(p, 0, LseBase::base2), LseBase::base2), 0);
+  }
+}
+
+TEST(GpuSparseDecode, LongTopk) {
+  NVFP4MLA_REQUIRE_GPU();
+  ProblemOptions opt;
+  opt.invalid_entries = false;
+  const auto p = make_problem(kAllSpecs[6], 2, 16, 16384, 99, opt);
+  EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
+}
+
+TEST(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
+  NVFP4MLA_REQUIRE_GPU();
+  const auto p = make_problem(kAllSpecs[4], 2, 16, 256, 5);
+  SparseMlaArgs a = p.host_args();
+  auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, 132, 4);
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 0, nullptr, nullptr, nullptr), Error);
+  plan.num_tiles = 1;
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 1 << 20, nullptr, nullptr, nullptr), Error);
+}
+
+// Small enough for compute-sanitizer: the 64-head path (warp-specialized on sm_90) and the
+// 16-head path, several splits, masked entries, an empty row.
+TEST(GpuSparseDecode, SanitizerSized) {
+  NVFP4MLA_REQUIRE_GPU();
+  ProblemOptions opt;
+  opt.lengths = true;
+  for (int heads : {16, 64}) {
+    SCOPED_TRACE(heads);
+    const auto p = make_problem(kAllSpecs[6], 3, heads, 200, 123, opt);
+    EXPECT_EQ(compare(p, run_gpu(p, 2)), 0);
+  }
+}

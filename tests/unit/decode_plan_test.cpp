@@ -1,0 +1,68 @@
+// The decode planner: tile shapes per head count, split choice, workspace layout.
+#include <gtest/gtest.h>
+
+#include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/error.h"
+
+using namespace nvfp4mla;
+
+TEST(DecodePlan, HeadGroupsAreNativeNotPaddedTo64) {
+  const RecordSpec spec = kSpecNvfp4Fp8Rope;
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 8, 2048, 132).head_group, 16);
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 16, 2048, 132).head_group, 16);
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 32, 2048, 132).head_group, 32);
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 64, 2048, 132).head_group, 64);
+  const auto p128 = plan_sparse_decode(spec, 128, 128, 2048, 132);
+  EXPECT_EQ(p128.head_group, 64);
+  EXPECT_EQ(p128.num_head_groups, 2);
+}
+
+TEST(DecodePlan, SplitsFillTheMachineWithoutEmptySplits) {
+  for (int rows : {1, 3, 32, 128, 256, 1000})
+    for (int heads : {8, 16, 32, 64, 128})
+      for (int topk : {64, 100, 2048, 16384}) {
+        const auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, 132);
+        SCOPED_TRACE(testing::Message() << rows << "x" << heads << "x" << topk);
+        EXPECT_EQ(p.num_tiles, (topk + p.tile_tokens - 1) / p.tile_tokens);
+        EXPECT_GE(p.splits, 1);
+        EXPECT_LE(p.splits, p.num_tiles);
+        EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
+        EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);  // the last split has work
+        // At least one full wave of resident CTAs whenever the tiles allow more splits (the
+        // planner aims at two; removing empty splits may round that down).
+        if (p.splits < p.num_tiles) EXPECT_GE(p.ctas(rows), int64_t(132) * p.ctas_per_sm);
+      }
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, 132, 7).splits, 7);
+  const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, 132, 50);
+  EXPECT_EQ(clamped.splits, clamped.num_tiles);  // clamped to the number of tiles
+  EXPECT_EQ(clamped.num_tiles, 128 / clamped.tile_tokens);
+  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 0, 128, 132), Error);
+  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 8, 0, 132), Error);
+}
+
+TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
+  for (int hg : {16, 32, 64})
+    for (const auto& spec : {kSpecBf16, kSpecFp8, kSpecNvfp4Bf16Rope, kSpecNvfp4Fp8Rope}) {
+      const auto cfg = decode_tile_config(hg);
+      const bool raw_is_k_row = spec.dtype == CacheDtype::bf16;
+      const int stages = decode_stages(cfg, spec.record_bytes(), raw_is_k_row);
+      EXPECT_GE(stages, 1);
+      EXPECT_LE(decode_smem_bytes(cfg, spec.record_bytes(), raw_is_k_row, stages), kDecodeSmemPerBlock);
+    }
+  // 16 heads: three CTAs per SM (measured faster than two CTAs with deeper prefetch).
+  const auto p16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132);
+  EXPECT_EQ(p16.ctas_per_sm, 3);
+  EXPECT_EQ(p16.stages, 1);
+  EXPECT_GE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 64, 2048, 132).stages, 2);
+}
+
+TEST(DecodePlan, WorkspaceLayout) {
+  auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, 10, 16, 2048, 132, 4);
+  const auto w = decode_workspace_layout(p, 10, 16);
+  EXPECT_EQ(w.partial_out_bytes, size_t(10) * 16 * 4 * 512 * 4);
+  EXPECT_EQ(w.partial_lse_offset % 256, 0u);
+  EXPECT_GE(w.partial_lse_bytes, size_t(10) * 16 * 4 * 4);
+  EXPECT_EQ(w.total_bytes, w.partial_out_bytes + w.partial_lse_bytes);
+  p = plan_sparse_decode(kSpecNvfp4Fp8Rope, 1000, 128, 2048, 132, 1);
+  EXPECT_EQ(decode_workspace_layout(p, 1000, 128).total_bytes, 0u);
+}

@@ -1,0 +1,143 @@
+// DRAM tier (budget, LRU, replacement) and the tiered store (promotion, write-through,
+// asynchronous batches with bounded queues, per-item failures).
+#include <gtest/gtest.h>
+
+#include "nvfp4mla/error.h"
+#include "nvfp4mla/offload/dram_tier.h"
+#include "nvfp4mla/offload/store.h"
+#include "support/offload_fixtures.h"
+
+using namespace nvfp4mla;
+using namespace nvfp4mla::offload;
+using nvfp4mla::testing::expect_error_containing;
+using nvfp4mla::testing::key_of;
+using nvfp4mla::testing::pattern_bytes;
+using nvfp4mla::testing::ScratchDir;
+using nvfp4mla::testing::small_params;
+
+TEST(OffloadDramTier, BudgetLruAndReplacement) {
+  const size_t block = 100, key = 32, cost = block + key;
+  DramTier dram(3 * cost);
+  std::vector<uint8_t> out(block);
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(dram.put(key_of(i), pattern_bytes(block, i)));
+  ASSERT_TRUE(dram.get(key_of(0), out));  // promote 0; 1 is the oldest
+  EXPECT_EQ(out, pattern_bytes(block, 0));
+  EXPECT_TRUE(dram.put(key_of(3), pattern_bytes(block, 3)));
+  EXPECT_FALSE(dram.contains(key_of(1)));
+  EXPECT_TRUE(dram.contains(key_of(0)));
+  // Replacement is whole: the new bytes, no change in budget use.
+  EXPECT_TRUE(dram.put(key_of(0), pattern_bytes(block, 50)));
+  ASSERT_TRUE(dram.get(key_of(0), out));
+  EXPECT_EQ(out, pattern_bytes(block, 50));
+  auto s = dram.stats();
+  EXPECT_EQ(s.blocks, 3u);
+  EXPECT_EQ(s.bytes, 3 * cost);
+  EXPECT_EQ(s.evictions, 1u);
+  // A wrong-sized output buffer is a miss, not a partial copy.
+  std::vector<uint8_t> small(block - 1);
+  EXPECT_FALSE(dram.get(key_of(0), small));
+  // A block larger than the budget is rejected and drops the older block under its key.
+  EXPECT_FALSE(dram.put(key_of(0), pattern_bytes(4 * cost, 0)));
+  EXPECT_FALSE(dram.contains(key_of(0)));
+  EXPECT_EQ(dram.stats().rejected, 1u);
+  EXPECT_TRUE(dram.erase(key_of(2)));
+  EXPECT_FALSE(dram.erase(key_of(2)));
+  EXPECT_EQ(dram.stats().bytes, cost);  // only block 3 left
+}
+
+TEST(OffloadDramTier, ZeroBudgetDisablesTheTier) {
+  DramTier dram(0);
+  std::vector<uint8_t> out(10);
+  EXPECT_FALSE(dram.put(key_of(0), pattern_bytes(10, 0)));
+  EXPECT_FALSE(dram.get(key_of(0), out));
+}
+
+TEST(OffloadStore, WriteThroughAndPromotion) {
+  ScratchDir dir;
+  const NamespaceParams p = small_params(4, 2);
+  const uint64_t block = p.block_bytes();
+  std::vector<uint8_t> out(block);
+  {
+    Store store(dir.path(), p, {.dram_capacity_bytes = 2 * (block + 32)});
+    for (uint64_t i = 0; i < 4; ++i) store.put(key_of(i), pattern_bytes(block, i));
+    const auto s = store.stats();
+    EXPECT_EQ(s.disk.blocks, 4u);  // write-through: every block is on disk
+    EXPECT_EQ(s.dram.blocks, 2u);  // DRAM keeps the two most recent
+    ASSERT_TRUE(store.get(key_of(3), out));
+    EXPECT_EQ(store.stats().dram.hits, 1u);
+    ASSERT_TRUE(store.get(key_of(0), out));  // from disk, promoted
+    EXPECT_EQ(out, pattern_bytes(block, 0));
+    EXPECT_EQ(store.stats().disk.hits, 1u);
+    ASSERT_TRUE(store.get(key_of(0), out));
+    EXPECT_EQ(store.stats().dram.hits, 2u);
+    EXPECT_EQ(store.stats().disk.hits, 1u);
+    EXPECT_FALSE(store.get(key_of(9), out));
+    expect_error_containing([&] { store.put(key_of(5), pattern_bytes(block + 1, 5)); }, "blocks of this namespace");
+  }
+  // Durable: a new store (empty DRAM) finds everything on disk.
+  Store store(dir.path(), p);
+  for (uint64_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(store.get(key_of(i), out));
+    EXPECT_EQ(out, pattern_bytes(block, i));
+  }
+}
+
+TEST(OffloadStore, AsyncBatchesThroughABoundedQueue) {
+  ScratchDir dir;
+  const NamespaceParams p = small_params(2, 1);
+  const uint64_t block = p.block_bytes();
+  // A queue of 2 items and 200-item batches: submission has to wait for the workers.
+  Store store(dir.path(), p, {.dram_capacity_bytes = 50 * block, .io_threads = 3, .max_queued_items = 2});
+  const size_t n = 200;
+  std::vector<std::vector<uint8_t>> keys, blocks, outs(n, std::vector<uint8_t>(block, 0xEE));
+  std::vector<PutRequest> puts;
+  std::vector<GetRequest> gets;
+  for (size_t i = 0; i < n; ++i) {
+    keys.push_back(key_of(i));
+    blocks.push_back(pattern_bytes(block, i));
+  }
+  for (size_t i = 0; i < n; ++i) puts.push_back({keys[i], blocks[i]});
+  // One bad item (wrong size) fails alone.
+  const std::vector<uint8_t> short_block(block - 1);
+  puts[17].block = short_block;
+  const BatchResult put_result = store.put_async(puts).get();
+  ASSERT_EQ(put_result.items.size(), n);
+  EXPECT_EQ(put_result.count(OpStatus::stored), n - 1);
+  EXPECT_EQ(put_result.items[17].status, OpStatus::failed);
+  EXPECT_NE(put_result.items[17].error.find("blocks of this namespace"), std::string::npos);
+
+  for (size_t i = 0; i < n; ++i) gets.push_back({keys[i], outs[i]});
+  const std::vector<uint8_t> absent = key_of(1000);
+  gets.push_back({absent, outs[0]});
+  const BatchResult get_result = store.get_async(gets).get();
+  ASSERT_EQ(get_result.items.size(), n + 1);
+  EXPECT_EQ(get_result.items[17].status, OpStatus::miss);
+  EXPECT_EQ(get_result.items[n].status, OpStatus::miss);
+  for (size_t i = 0; i < n; ++i) {
+    if (i == 17) continue;
+    ASSERT_EQ(get_result.items[i].status, OpStatus::hit) << i;
+    EXPECT_EQ(outs[i], blocks[i]) << i;
+  }
+  EXPECT_TRUE(store.put_async({}).get().items.empty());
+}
+
+TEST(OffloadStore, DestructionFinishesQueuedWork) {
+  ScratchDir dir;
+  const NamespaceParams p = small_params(2, 1);
+  const uint64_t block = p.block_bytes();
+  std::vector<std::vector<uint8_t>> keys, blocks;
+  std::vector<PutRequest> puts;
+  for (size_t i = 0; i < 64; ++i) {
+    keys.push_back(key_of(i));
+    blocks.push_back(pattern_bytes(block, i));
+  }
+  for (size_t i = 0; i < 64; ++i) puts.push_back({keys[i], blocks[i]});
+  std::future<BatchResult> pending;
+  {
+    Store store(dir.path(), p, {.io_threads = 2, .max_queued_items = 8});
+    pending = store.put_async(puts);
+  }
+  EXPECT_EQ(pending.get().count(OpStatus::stored), 64u);
+  DiskTier disk(dir.path(), p);
+  EXPECT_EQ(disk.stats().blocks, 64u);
+}
