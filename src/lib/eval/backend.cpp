@@ -28,13 +28,15 @@ const char* to_string(Device d) {
 }
 
 bool cuda_attention_available(std::string* reason) {
-  // No CUDA sparse-MLA kernel exists in the library yet (issue 3 adds it); until it does,
-  // CUDA is reported as unavailable rather than emulated.
+  // The evaluation needs out, lse and the per-token scores from one implementation; the CUDA
+  // sparse decode (cuda/sparse_decode.h) is not wired in here yet, so CUDA is reported as
+  // unavailable rather than emulated.
   std::string why;
   if (!built_with_cuda())
     why = "this build has no CUDA (configured without nvcc or with -DNVFP4MLA_CUDA=OFF)";
   else
-    why = "this build has no CUDA sparse-MLA attention kernel yet (device: " + cuda_device_description(0) + ")";
+    why = "the evaluation's CUDA attention path is not wired to the CUDA sparse decode yet (device: " +
+          cuda_device_description(0) + ")";
   if (reason) *reason = why;
   return false;
 }
