@@ -37,11 +37,13 @@ class CudaStager final : public BlockStager {
     const int rb = r.layers.front().record_bytes;
     if (rb % 16 != 0) throw Error("offload staging: record width must be a multiple of 16 bytes");
     if (r.slots.empty()) return;
-    void* host_dev = nullptr;
-    if (cudaHostGetDevicePointer(&host_dev, r.host.data(), 0) != cudaSuccess) {
-      cudaGetLastError();
+    // Pageable memory is reported as unregistered (no API error), pinned memory with its
+    // device-side address when it is mapped.
+    cudaPointerAttributes attr{};
+    check(cudaPointerGetAttributes(&attr, r.host.data()), "offload staging: host buffer attributes");
+    void* host_dev = attr.devicePointer;
+    if (attr.type != cudaMemoryTypeHost || host_dev == nullptr)
       throw Error("offload staging: the host buffer must be pinned and mapped (cudaHostAlloc or cudaHostRegister)");
-    }
     StagingLayerTable table{};
     for (size_t l = 0; l < r.layers.size(); ++l) table.cache[l] = r.layers[l].data;
     // The slot list travels to the device through a buffer the stager keeps (grown on demand,
