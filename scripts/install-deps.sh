@@ -4,7 +4,8 @@
 # Idempotent: packages already present are left alone.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
-      libssl-dev libxxhash-dev libbenchmark-dev libpng-dev zlib1g-dev)
+      libssl-dev libxxhash-dev libbenchmark-dev libpng-dev zlib1g-dev
+      pkg-config libcairo2-dev fonts-dejavu-core)  # cairo + a font: `nvfp4mla eval --plot` PNG figures
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
