@@ -69,6 +69,17 @@ NVFP4MLA_HD float fp8_tile_scale(float amax) {
   return codec::bits_float(static_cast<uint32_t>(k + 127) << 23);
 }
 
+// Outer scale a writer divides the latent by: the layer's calibrated scale in static mode,
+// s_t = token_amax * C2688 in dynamic mode (`token_amax` = max |x| of the sanitized latent), 1 in
+// implicit mode.
+NVFP4MLA_HD float nvfp4_writer_scale(ScaleMode mode, float layer_scale, float token_amax) {
+  switch (mode) {
+    case ScaleMode::static_calibrated: return layer_scale;
+    case ScaleMode::dynamic: return nvfp4_dynamic_scale(token_amax);
+    default: return 1.0f;
+  }
+}
+
 // Outer scale a reader applies to the NVFP4 latent of a record: the stored per-token scale in
 // dynamic mode, the layer's calibrated scale in static mode, 1 otherwise.
 NVFP4MLA_HD float nvfp4_outer_scale(const RecordSpec& spec, const uint8_t* rec, float layer_scale) {
@@ -123,15 +134,11 @@ NVFP4MLA_HD void encode(const RecordSpec& spec, const In* kv_c, const In* k_pe, 
   }
   // nvfp4_ds_mla
   namespace L = layout::nvfp4;
-  float s = 1.0f;
-  if (spec.scale_mode == ScaleMode::static_calibrated) {
-    s = layer_scale;
-  } else if (spec.scale_mode == ScaleMode::dynamic) {
-    float token_amax = 0.0f;
+  float token_amax = 0.0f;
+  if (spec.scale_mode == ScaleMode::dynamic)
     for (int i = 0; i < kLatentDim; ++i) token_amax = max_f(token_amax, abs_f(sanitize(to_fp32(kv_c[i]))));
-    s = nvfp4_dynamic_scale(token_amax);
-    store_f32(rec + L::kTokenScaleOffset, s);
-  }
+  const float s = nvfp4_writer_scale(spec.scale_mode, layer_scale, token_amax);
+  if (spec.scale_mode == ScaleMode::dynamic) store_f32(rec + L::kTokenScaleOffset, s);
   const bool unit = spec.scale_mode == ScaleMode::implicit;
   for (int g = 0; g < L::kNumGroups; ++g) {
     float y[L::kGroupSize];

@@ -10,6 +10,7 @@
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/cuda/cache_write.h"
 #include "nvfp4mla/error.h"
+#include "support/record_specs.h"
 #include "nvfp4mla/record.h"
 #include "support/random_tokens.h"
 
@@ -18,19 +19,8 @@ using nvfp4mla::testing::DeviceBuffer;
 
 namespace {
 
-const RecordSpec kAllSpecs[] = {
-    {CacheDtype::bf16, RopeEncoding::bf16, ScaleMode::implicit},
-    {CacheDtype::fp8_ds_mla, RopeEncoding::bf16, ScaleMode::implicit},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::implicit},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::static_calibrated},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::implicit},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::static_calibrated},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::dynamic},
-};
+const auto& kAllSpecs = nvfp4mla::testing::kAllRecordSpecs;
 
-std::string name(const RecordSpec& s) {
-  return std::string(to_string(s.dtype)) + "/" + std::to_string(s.record_bytes()) + "/" + to_string(s.scale_mode);
-}
 
 // Inputs of one type, converted from the BF16 token set (F16 and F32 inputs carry other values).
 template <class In>
@@ -64,7 +54,7 @@ template <> cuda::InputType input_type<float>() { return cuda::InputType::f32; }
 
 template <class In>
 void check_writer(const RecordSpec& spec, uint64_t seed) {
-  SCOPED_TRACE(name(spec));
+  SCOPED_TRACE(nvfp4mla::testing::spec_name(spec));
   const int64_t n = 3000, capacity = 4096;
   const float layer_scale = 0.0123f;
   const auto tokens = nvfp4mla::testing::random_tokens(n, seed, -6, 4, /*non_finite=*/true);

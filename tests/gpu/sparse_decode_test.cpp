@@ -12,6 +12,7 @@
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/error.h"
+#include "support/record_specs.h"
 #include "support/attention_problem.h"
 
 using namespace nvfp4mla;
@@ -22,19 +23,8 @@ using nvfp4mla::testing::ProblemOptions;
 
 namespace {
 
-const RecordSpec kAllSpecs[] = {
-    {CacheDtype::bf16, RopeEncoding::bf16, ScaleMode::implicit},
-    {CacheDtype::fp8_ds_mla, RopeEncoding::bf16, ScaleMode::implicit},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::implicit},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::static_calibrated},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::implicit},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::static_calibrated},
-    {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::dynamic},
-};
+const auto& kAllSpecs = nvfp4mla::testing::kAllRecordSpecs;
 
-std::string name(const RecordSpec& s) {
-  return std::string(to_string(s.dtype)) + "-" + std::to_string(s.record_bytes()) + "-" + to_string(s.scale_mode);
-}
 
 struct GpuResult {
   std::vector<uint16_t> out;
@@ -129,7 +119,7 @@ TEST(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
   uint64_t seed = 1;
   for (const auto& spec : kAllSpecs) {
     for (int heads : {8, 16, 32, 64, 128}) {
-      SCOPED_TRACE(name(spec) + " heads " + std::to_string(heads));
+      SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads));
       const auto p = make_problem(spec, /*rows=*/5, heads, /*topk=*/320, seed++);
       EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
     }
@@ -139,7 +129,7 @@ TEST(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
 TEST(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
   NVFP4MLA_REQUIRE_GPU();
   for (const auto& spec : {kAllSpecs[1], kAllSpecs[6]}) {
-    SCOPED_TRACE(name(spec));
+    SCOPED_TRACE(nvfp4mla::testing::spec_name(spec));
     const auto p = make_problem(spec, 4, 64, 2048, 11);
     const auto one = run_gpu(p, 1), many = run_gpu(p, 32), odd = run_gpu(p, 7);
     EXPECT_EQ(compare(p, one), 0);
@@ -155,7 +145,7 @@ TEST(GpuSparseDecode, TopkLengthEmptyRowsAndRaggedTopk) {
   uint64_t seed = 50;
   for (const auto& spec : kAllSpecs) {
     for (int topk : {64, 100, 1000}) {  // ragged widths are masked up to the next multiple of 64
-      SCOPED_TRACE(name(spec) + " topk " + std::to_string(topk));
+      SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " topk " + std::to_string(topk));
       const auto p = make_problem(spec, 6, 16, topk, seed++, opt);
       EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
       EXPECT_EQ(compare(p, run_gpu(p, 3)), 0);
@@ -171,7 +161,7 @@ TEST(GpuSparseDecode, Base2LseAndLargeMagnitudes) {
   opt.outliers = true;
   uint64_t seed = 77;
   for (const auto& spec : kAllSpecs) {
-    SCOPED_TRACE(name(spec));
+    SCOPED_TRACE(nvfp4mla::testing::spec_name(spec));
     const auto p = make_problem(spec, 3, 32, 512, seed++, opt);
     EXPECT_EQ(compare(p, run_gpu(p, 0, LseBase::base2), LseBase::base2), 0);
   }

@@ -129,15 +129,13 @@ write_cache_kernel(RecordSpec spec, const In* __restrict__ kv_c, const In* __res
 
   // nvfp4_ds_mla
   namespace L = layout::nvfp4;
-  float s = 1.0f;
-  if (spec.scale_mode == ScaleMode::static_calibrated) {
-    s = layer_scale;
-  } else if (spec.scale_mode == ScaleMode::dynamic) {
-    float amax = 0.0f;
+  float token_amax = 0.0f;
+  if (spec.scale_mode == ScaleMode::dynamic) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) amax = record::max_f(amax, record::abs_f(x[i]));
-    s = record::nvfp4_dynamic_scale(warp_max(amax));
+    for (int i = 0; i < 16; ++i) token_amax = record::max_f(token_amax, record::abs_f(x[i]));
+    token_amax = warp_max(token_amax);
   }
+  const float s = record::nvfp4_writer_scale(spec.scale_mode, layer_scale, token_amax);
   const bool unit = spec.scale_mode == ScaleMode::implicit;
   float gmax = 0.0f;
 #pragma unroll
