@@ -1,6 +1,8 @@
 // The decode planner: tile shapes per head count, split choice, workspace layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/error.h"
 
@@ -26,16 +28,16 @@ TEST(DecodePlan, SplitsFillTheMachineWithoutEmptySplits) {
         EXPECT_EQ(p.num_tiles, (topk + p.tile_tokens - 1) / p.tile_tokens);
         EXPECT_GE(p.splits, 1);
         EXPECT_LE(p.splits, p.num_tiles);
+        EXPECT_LE(p.splits, (topk + 63) / 64);
         EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
         EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);  // the last split has work
         // At least one full wave of resident CTAs whenever the tiles allow more splits (the
         // planner aims at two; removing empty splits may round that down).
-        if (p.splits < p.num_tiles) EXPECT_GE(p.ctas(rows), int64_t(132) * p.ctas_per_sm);
+        if (p.splits < std::min(p.num_tiles, (topk + 63) / 64)) EXPECT_GE(p.ctas(rows), int64_t(132) * p.ctas_per_sm);
       }
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, 132, 7).splits, 7);
   const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, 132, 50);
-  EXPECT_EQ(clamped.splits, clamped.num_tiles);  // clamped to the number of tiles
-  EXPECT_EQ(clamped.num_tiles, 128 / clamped.tile_tokens);
+  EXPECT_EQ(clamped.splits, 2);  // at least 64 entries per split
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 0, 128, 132), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 8, 0, 132), Error);
 }

@@ -33,7 +33,8 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
     const int64_t target = 2LL * sm_count * p.ctas_per_sm;
     splits = static_cast<int>(std::min<int64_t>(p.num_tiles, (target + base - 1) / base));
   }
-  splits = std::clamp(splits, 1, p.num_tiles);
+  // Never below 64 entries per split (the bound serving planners size scratch with).
+  splits = std::clamp(splits, 1, std::min(p.num_tiles, (topk + 63) / 64));
   p.tiles_per_split = (p.num_tiles + splits - 1) / splits;
   p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
   return p;

@@ -1,0 +1,44 @@
+// nvfp4mla plan: the seed's scratch example through the CLI, route decisions and bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/cli_runner.h"
+#include "support/temp_dir.h"
+
+#ifdef NVFP4MLA_CLI_PATH
+
+using nvfp4mla::testing::expect_cli_error;
+using nvfp4mla::testing::run_cli;
+using nvfp4mla::testing::TempDir;
+
+TEST(CliPlan, ScratchSeedExampleAndRoute) {
+  TempDir dir;
+  const std::string base = "plan scratch --heads 64 --max-num-seqs 16 --max-batched-tokens 8192 --mtp 3 --splits 32 "
+                           "--partials bf16 --rope fp8 --json --mode ";
+  const auto on = run_cli(dir, base + "1"), automatic = run_cli(dir, base + "auto");
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+  const auto a = nlohmann::json::parse(on.out), b = nlohmann::json::parse(automatic.out);
+  EXPECT_EQ(a["decode_rows"], 64);
+  EXPECT_EQ(b["decode_rows"], 16);
+  const double diff = (a["tmp_output_bytes"].get<double>() + a["tmp_lse_bytes"].get<double>() + a["output_bytes"].get<double>()) -
+                      (b["tmp_output_bytes"].get<double>() + b["tmp_lse_bytes"].get<double>() + b["output_bytes"].get<double>());
+  EXPECT_EQ(diff / (1024.0 * 1024.0), 99.375);
+  const auto r = run_cli(dir, "plan route --mode auto --rope fp8 --spec-tokens 3 --max-query-len 4 --decode-rows 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["route"], "extend");
+  const auto env = run_cli(dir, "plan route --cache-dtype fp8_ds_mla --spec-tokens 3 --max-query-len 4 --decode-rows 64 --json",
+                           "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE=0");
+  ASSERT_EQ(env.exit_code, 0) << env.err;
+  EXPECT_EQ(nlohmann::json::parse(env.out)["route"], "extend");
+}
+
+TEST(CliPlan, RejectsBadInput) {
+  TempDir dir;
+  expect_cli_error(dir, "plan route --mode sometimes", "0, false, off or no");
+  expect_cli_error(dir, "plan capacity --memory-gib 1 --reserved-gib 2 --layers 78", "reserved memory");
+  expect_cli_error(dir, "plan route --cache-dtype fp8_ds_mla --rope fp8", "--rope applies to nvfp4_ds_mla only");
+}
+
+#endif
