@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
-# Usage (from the repo root, with the binaries in .devbin/): scripts/device_run.sh [tests|bench|variants|ncu|sanitize]...
+# Usage (from the repo root, with the binaries in .devbin/): scripts/device_run.sh [tests|bench|bench-all|variants|ncu|stalls|sanitize]...
+# The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
+# is then unavailable there), or the CLI will not load.
 set -uo pipefail
 BIN=${BIN:-.devbin}
 OUT=${OUT:-out}
