@@ -145,6 +145,18 @@ void add_bench_command(CLI::App& app) {
   dec->add_option("--topk", f->topk, "top-k entries per row");
   dec->add_option("--splits", f->splits, "force the number of KV splits (0 = planner)");
   dec->callback([f] { run_decode_bench(*f); });
+  auto* ext = bench_cmd->add_subcommand("extend", "Sparse MLA extend/prefill (the decode kernel with one split per row)");
+  add_common(ext, *f);
+  ext->add_option("--rows", f->rows, "query rows (default 4096)");
+  ext->add_option("--heads", f->heads, "query heads per row (default 128 and 64)");
+  ext->add_option("--topk", f->topk, "top-k entries per row (default 2048)");
+  ext->callback([f] {
+    f->splits = 1;
+    if (f->rows.empty()) f->rows = {4096};
+    if (f->heads.empty()) f->heads = {128, 64};
+    if (f->topk.empty()) f->topk = {2048};
+    run_decode_bench(*f);
+  });
   auto* wr = bench_cmd->add_subcommand("write", "Cache writer");
   add_common(wr, *f);
   wr->add_option("--tokens", f->tokens, "tokens written per launch")->check(CLI::Range(int64_t(1), int64_t(1) << 26));
