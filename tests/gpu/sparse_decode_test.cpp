@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpu/gpu_support.h"
+#include "gpu/output_compare.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/decode_plan.h"
@@ -70,46 +71,15 @@ std::vector<float> row_value_scale(const AttentionProblem& p) {
   return scale;
 }
 
-// Compare with the fp64 reference on the kernel's BF16 operands; returns the number of failures (reports the first few).
-// Per (row, head): cosine difference <= 5e-6 (FlashMLA's criterion); an empty row must give
-// exactly 0. Per element: |d| <= 1e-3 + 2/128 |ref| + vmax/256, where vmax/256 bounds what
-// BF16 probabilities (relative error 2^-9 per weight) can move a weighted mean of values of
-// magnitude <= vmax (the row's largest |V|).
+// Compare with the fp64 reference on the kernel's BF16 operands (output_compare.h).
 int64_t compare(const AttentionProblem& p, const GpuResult& g, LseBase base = LseBase::natural) {
   std::vector<float> ref_out(static_cast<size_t>(p.rows) * p.heads * kLatentDim), ref_lse(static_cast<size_t>(p.rows) * p.heads);
   SparseMlaArgs a = p.host_args();
   a.lse_base = base;
   sparse_mla_reference(p.spec, a, ref_out.data(), ref_lse.data(), {.bf16_operands = true});
-  int64_t bad = 0;
-  const std::vector<float> vscale = row_value_scale(p);
-  for (int rh = 0; rh < p.rows * p.heads; ++rh) {
-    const int row = rh / p.heads;
-    double dot = 0, n_got = 0, n_ref = 0;
-    for (int d = 0; d < kLatentDim; ++d) {
-      const size_t i = static_cast<size_t>(rh) * kLatentDim + d;
-      const double got = codec::bf16_decode(g.out[i]), want = ref_out[i];
-      dot += got * want;
-      n_got += got * got;
-      n_ref += want * want;
-      const double err = std::fabs(got - want);
-      if (!(err <= 1e-3 + (2.0 / 128.0) * std::fabs(want) + vscale[row] / 256.0) && bad++ < 5)
-        ADD_FAILURE() << "out row " << row << " head " << rh % p.heads << " dim " << d << ": gpu " << got << " ref " << want;
-    }
-    if (n_ref == 0) {
-      if (n_got != 0 && bad++ < 5) ADD_FAILURE() << "row " << row << " head " << rh % p.heads << ": empty row must give 0";
-      continue;
-    }
-    const double cos_diff = n_got > 0 ? 1.0 - dot / std::sqrt(n_got * n_ref) : 1.0;
-    if (!(cos_diff <= 5e-6) && bad++ < 5)
-      ADD_FAILURE() << "row " << row << " head " << rh % p.heads << ": cosine difference " << cos_diff;
-  }
-  for (size_t i = 0; i < ref_lse.size(); ++i) {
-    const float got = g.lse[i], want = ref_lse[i];
-    const bool ok = std::isinf(want) ? (std::isinf(got) && got < 0)
-                                     : (std::fabs(got - want) <= 1e-5f || std::fabs(got - want) <= (8.0f / 65536.0f) * std::fabs(want));
-    if (!ok && bad++ < 10) ADD_FAILURE() << "lse[" << i << "]: gpu " << got << " ref " << want;
-  }
-  return bad;
+  std::vector<float> got(g.out.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = codec::bf16_decode(g.out[i]);
+  return nvfp4mla::testing::compare_attention(got, ref_out, g.lse, ref_lse, row_value_scale(p), p.heads);
 }
 
 }  // namespace

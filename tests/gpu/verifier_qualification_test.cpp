@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu/gpu_support.h"
+#include "gpu/output_compare.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/cuda/cache_write.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
@@ -115,26 +116,13 @@ int64_t check_batch(const RecordSpec& spec, int width, uint64_t seed) {
       record::decode(spec, &records[i * rb], layer_scale, kv.data(), pe.data());
       for (float v : kv) vmax[r] = std::max(vmax[r], std::fabs(v));
     }
-  int64_t bad = 0;
-  for (int rh = 0; rh < rows * heads; ++rh) {
-    const int r = rh / heads;
-    double dot = 0, n1 = 0, n2 = 0;
-    for (int d = 0; d < kLatentDim; ++d) {
-      const size_t i = size_t(rh) * kLatentDim + d;
-      const double x = codec::bf16_decode(dec.out[i]), y = codec::bf16_decode(ext.out[i]);
-      dot += x * y;
-      n1 += x * x;
-      n2 += y * y;
-      if (!(std::fabs(x - y) <= 1e-3 + (2.0 / 128.0) * std::fabs(y) + vmax[r] / 256.0) && bad++ < 3)
-        ADD_FAILURE() << "row " << r << " head " << rh % heads << " dim " << d << ": decode " << x << " extend " << y;
-    }
-    const double cd = (n1 > 0 && n2 > 0) ? 1.0 - dot / std::sqrt(n1 * n2) : (n1 == n2 ? 0.0 : 1.0);
-    if (!(cd <= 1e-5) && bad++ < 3) ADD_FAILURE() << "row " << r << " head " << rh % heads << ": cosine difference " << cd;
-    const float l1 = dec.lse[rh], l2 = ext.lse[rh];
-    if (!(std::fabs(l1 - l2) <= 1e-5f || std::fabs(l1 - l2) <= (8.0f / 65536.0f) * std::fabs(l2)) && bad++ < 3)
-      ADD_FAILURE() << "row " << r << " head " << rh % heads << ": lse decode " << l1 << " extend " << l2;
-  }
-  return bad;
+  auto as_float = [](const std::vector<uint16_t>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = codec::bf16_decode(v[i]);
+    return f;
+  };
+  return nvfp4mla::testing::compare_attention(as_float(dec.out), as_float(ext.out), dec.lse, ext.lse, vmax, heads,
+                                              /*cos_limit=*/1e-5);
 }
 
 }  // namespace

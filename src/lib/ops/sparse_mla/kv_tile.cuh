@@ -75,11 +75,11 @@ struct E2m1Table {
   uint32_t hi[2], lo[2];
 };
 __device__ __forceinline__ E2m1Table e2m1_table(float d, float s, bool unit) {
-  const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   uint32_t w[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    float a = mag[2 * k] * d, b = mag[2 * k + 1] * d;  // exact
+    // E2M1 magnitudes from the codec (constant-folded); products with d are exact.
+    float a = codec::e2m1_decode(static_cast<uint8_t>(2 * k)) * d, b = codec::e2m1_decode(static_cast<uint8_t>(2 * k + 1)) * d;
     if (!unit) {
       a *= s;
       b *= s;

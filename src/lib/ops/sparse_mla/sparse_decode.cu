@@ -366,10 +366,11 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 // and dequantize each 32-entry tile into one of two K buffers, while two consumer warpgroups run
 // S = Q K^T, the softmax and O += P V on the other buffer, so dequantization overlaps the
 // matrix work. Consumer warp c owns heads 16 * (c % 4) .. +16 and half c / 4 of the work: for
-// S it sums the dims [288 * half, +288) (the halves add their partial scores through shared
-// memory), for O it owns output dims [256 * half, +256). Full/empty handoffs use named
+// S it sums the dims [288 * half, +288) (half of 576; the halves add their partial scores through
+// shared memory), for O it owns output dims [256 * half, +256) (half of 512). Full/empty handoffs use named
 // barriers; setmaxnreg moves registers from the producer to the consumers.
 constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256;
+constexpr int kWsQkHalf = kQkDim / 2, kWsVHalf = kLatentDim / 2;  // each consumer half's dims
 constexpr int kWsScoreStride = kWsTile + 8;
 constexpr int kBarConsumer = 1, kBarProducer = 2, kBarFull0 = 3, kBarEmpty0 = 5;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
@@ -485,23 +486,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int hb = warp & 3, half = warp >> 2;
   const int g = lane >> 2, t4 = lane & 3;
   constexpr int NT = kWsTile / 8;  // score n-tiles per tile
-  constexpr int NT_O = 256 / 8;    // output n-tiles per warp
+  constexpr int NT_O = kWsVHalf / 8;  // output n-tiles per warp
   float o[NT_O][4];
 #pragma unroll
   for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   SoftmaxState st;
-  const __nv_bfloat16* q_base = sQ + (hb * 16 + (lane & 15)) * kRowStride + half * 288 + (lane >> 4) * 8;
+  const __nv_bfloat16* q_base = sQ + (hb * 16 + (lane & 15)) * kRowStride + half * kWsQkHalf + (lane >> 4) * 8;
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int i = tile - tile_begin;
     const __nv_bfloat16* kt = k_buf(i);
     ptx::named_barrier_sync(kBarFull0 + (i & 1), kWsThreads);
-    // Partial scores over this half's 288 dims.
+    // Partial scores over this half's dims.
     float acc[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    const __nv_bfloat16* k_base = kt + ((lane & 7) + ((lane >> 4) << 3)) * kRowStride + half * 288 + ((lane >> 3) & 1) * 8;
+    const __nv_bfloat16* k_base = kt + ((lane & 7) + ((lane >> 4) << 3)) * kRowStride + half * kWsQkHalf + ((lane >> 3) & 1) * 8;
 #pragma unroll 3
-    for (int kk = 0; kk < 288 / 16; ++kk) {
+    for (int kk = 0; kk < kWsQkHalf / 16; ++kk) {
       uint32_t a[4];
       ptx::ldmatrix_x4(a, q_base + kk * 16);
 #pragma unroll
@@ -538,10 +539,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       s[j][3] = v1 ? (a_hi.y + b_hi.y) * p.scale_log2 : -INFINITY;
     }
     softmax_update(s, st, o);
-    pv_update(s, kt, half * 256, lane, o);
+    pv_update(s, kt, half * kWsVHalf, lane, o);
     if (tile + 2 < tile_end) ptx::named_barrier_arrive(kBarEmpty0 + (i & 1), kWsThreads);  // buffer free
   }
-  store_outputs(p, st, o, row, head0, heads_here, hb, half * 256, half == 0, split, lane);
+  store_outputs(p, st, o, row, head0, heads_here, hb, half * kWsVHalf, half == 0, split, lane);
 }
 
 // Combine the splits of one (row, head): weights 2^(lse_s - max), output = weighted mean.
