@@ -1,6 +1,7 @@
 // GPU cache writer: one warp per token, lane g owns latent group g (16 values) and RoPE values
-// 2g, 2g+1. All arithmetic goes through the step functions of record.h, so the bytes equal
-// those of the CPU writer; maxima are exact, so warp reductions give the same scales.
+// 2g, 2g+1. The bytes equal those of the CPU writer (record.h): maxima are exact, so warp
+// reductions give the same scales, and the per-value divisions of the recipe are replaced by
+// the exact division-free encoders of fast_encode.cuh (tests/unit/fast_encode_test.cpp).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "nvfp4mla/cuda/cache_write.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/record.h"
+#include "ops/cache/fast_encode.cuh"
 
 namespace nvfp4mla::cuda {
 namespace {
@@ -21,6 +23,14 @@ constexpr unsigned kFull = 0xFFFFFFFFu;
 __device__ __forceinline__ float warp_max(float v, int width = 32) {
   for (int o = width / 2; o > 0; o >>= 1) v = record::max_f(v, __shfl_xor_sync(kFull, v, o));
   return v;
+}
+
+// max |x| of 16 finite values.
+__device__ __forceinline__ float abs_max16(const float (&x)[16]) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(x[i]));
+  return m;
 }
 
 // Load N consecutive input values with 16-byte (latent) or pair-sized (RoPE) accesses; the
@@ -90,12 +100,6 @@ write_cache_kernel(RecordSpec spec, const In* __restrict__ kv_c, const In* __res
   load_values(kv_c + t * kv_c_stride + 16 * lane, xin);
   In rin[2];
   load_values(k_pe + t * k_pe_stride + 2 * lane, rin);
-  float x[16], r[2];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = record::sanitize(record::to_fp32(xin[i]));
-  r[0] = record::sanitize(record::to_fp32(rin[0]));
-  r[1] = record::sanitize(record::to_fp32(rin[1]));
-
   if (spec.dtype == CacheDtype::bf16) {
     uint32_t w[8];
 #pragma unroll
@@ -109,18 +113,33 @@ write_cache_kernel(RecordSpec spec, const In* __restrict__ kv_c, const In* __res
     return;
   }
 
+  float x[16], r[2];
+  bool finite = true;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    x[i] = record::to_fp32(xin[i]);
+    finite &= fastenc::is_finite(x[i]);
+  }
+  r[0] = record::to_fp32(rin[0]);
+  r[1] = record::to_fp32(rin[1]);
+  finite &= fastenc::is_finite(r[0]) && fastenc::is_finite(r[1]);
+  if (!finite) {  // rare: sanitize only lanes that hold NaN or Inf
+#pragma unroll
+    for (int i = 0; i < 16; ++i) x[i] = record::sanitize(x[i]);
+    r[0] = record::sanitize(r[0]);
+    r[1] = record::sanitize(r[1]);
+  }
+
   const uint32_t rope_bf16 = codec::bf16_encode_satfinite(r[0]) |
                              (static_cast<uint32_t>(codec::bf16_encode_satfinite(r[1])) << 16);
   if (spec.dtype == CacheDtype::fp8_ds_mla) {
     namespace L = layout::fp8;
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) amax = record::max_f(amax, record::abs_f(x[i]));
-    amax = warp_max(amax, L::kTileDim / 16);  // lanes of one 128-dim tile
+    const float amax = warp_max(abs_max16(x), L::kTileDim / 16);  // lanes of one 128-dim tile
     const float p = record::fp8_tile_scale(amax);
-    uint32_t w[4] = {0, 0, 0, 0};
+    const float inv = fastenc::fp8_inverse_scale(p);
+    uint32_t w[4];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) w[i / 4] |= static_cast<uint32_t>(codec::e4m3_encode(x[i] / p)) << (8 * (i % 4));
+    for (int i = 0; i < 4; ++i) w[i] = fastenc::fp8_word(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3], inv);
     *reinterpret_cast<uint4*>(rec + L::kLatentOffset + 16 * lane) = make_uint4(w[0], w[1], w[2], w[3]);
     if (lane % (L::kTileDim / 16) == 0) record::store_f32(rec + L::kTileScaleOffset + 4 * (lane / (L::kTileDim / 16)), p);
     *reinterpret_cast<uint32_t*>(rec + L::kRopeOffset + 4 * lane) = rope_bf16;
@@ -129,32 +148,34 @@ write_cache_kernel(RecordSpec spec, const In* __restrict__ kv_c, const In* __res
 
   // nvfp4_ds_mla
   namespace L = layout::nvfp4;
-  float token_amax = 0.0f;
-  if (spec.scale_mode == ScaleMode::dynamic) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) token_amax = record::max_f(token_amax, record::abs_f(x[i]));
-    token_amax = warp_max(token_amax);
-  }
+  const float gmax = abs_max16(x);
+  const float token_amax = spec.scale_mode == ScaleMode::dynamic ? warp_max(gmax) : 0.0f;
   const float s = record::nvfp4_writer_scale(spec.scale_mode, layer_scale, token_amax);
   const bool unit = spec.scale_mode == ScaleMode::implicit;
-  float gmax = 0.0f;
+  uint32_t nib[2];
+  uint8_t scale_byte;
+  if (unit || s == 0.0f || (s >= fastenc::kMinFastScale && s <= fastenc::kMaxFastScale)) {  // warp-uniform
+    scale_byte = fastenc::nvfp4_group(x, gmax, s, unit, nib);
+  } else {  // outer scales far from real activations: the recipe's divisions as written
+    float gy = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    x[i] = unit ? x[i] : record::nvfp4_prescale(x[i], s);
-    gmax = record::max_f(gmax, record::abs_f(x[i]));
+    for (int i = 0; i < 16; ++i) {
+      x[i] = record::nvfp4_prescale(x[i], s);
+      gy = record::max_f(gy, record::abs_f(x[i]));
+    }
+    scale_byte = record::nvfp4_group_scale_byte(gy);
+    const float d = codec::e4m3_decode(scale_byte);
+    nib[0] = nib[1] = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) nib[i / 8] |= static_cast<uint32_t>(record::nvfp4_nibble(x[i], d)) << (4 * (i % 8));
   }
-  const uint8_t scale_byte = record::nvfp4_group_scale_byte(gmax);
-  const float d = codec::e4m3_decode(scale_byte);
-  uint32_t nib[2] = {0, 0};
-#pragma unroll
-  for (int i = 0; i < 16; ++i) nib[i / 8] |= static_cast<uint32_t>(record::nvfp4_nibble(x[i], d)) << (4 * (i % 8));
   *reinterpret_cast<uint2*>(rec + L::kLatentOffset + 8 * lane) = make_uint2(nib[0], nib[1]);
   const uint32_t scale_word = gather_bytes4(scale_byte, lane);
   if ((lane & 3) == 0) *reinterpret_cast<uint32_t*>(rec + L::kGroupScaleOffset + lane) = scale_word;
 
   if (spec.rope == RopeEncoding::fp8) {
     const float rs = record::rope_fp8_scale(warp_max(record::max_f(record::abs_f(r[0]), record::abs_f(r[1]))));
-    const uint32_t two = record::rope_fp8_byte(r[0], rs) | (static_cast<uint32_t>(record::rope_fp8_byte(r[1], rs)) << 8);
+    const uint32_t two = rs == 0.0f ? 0u : fastenc::e4m3x2(r[0] / rs, r[1] / rs);  // as record::rope_fp8_byte
     // Lanes 2k and 2k+1 hold the four bytes of word k.
     const uint32_t other = __shfl_down_sync(kFull, two, 1);
     if ((lane & 1) == 0) *reinterpret_cast<uint32_t*>(rec + L::kRopeOffset + 2 * lane) = two | (other << 16);

@@ -1,0 +1,191 @@
+// The GPU writer's division-free encoders (src/lib/ops/cache/fast_encode.cuh) against the
+// pinned recipes of record.h.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "nvfp4mla/codec.h"
+#include "nvfp4mla/record.h"
+#include "lib/ops/cache/fast_encode.cuh"
+
+namespace nc = nvfp4mla::codec;
+namespace nr = nvfp4mla::record;
+namespace fe = nvfp4mla::fastenc;
+
+namespace {
+
+float next_down(float x) { return nc::bits_float(nc::float_bits(x) - 1u); }  // x > 0
+
+// Nibble magnitude of |x| under the recipe (y = x / s, then y / d).
+uint32_t recipe_magnitude(float x, float s, float d) {
+  return nr::nvfp4_nibble(nr::nvfp4_prescale(x, s), d) & 7u;
+}
+
+float random_scale(std::mt19937& rng) {
+  const float m = nc::bits_float(0x3F800000u | (rng() & 0x7FFFFFu));
+  return std::ldexp(m, static_cast<int>(rng() % 120) - 60);
+}
+
+// Outer scales: the implicit unit scale, the ends of the fast range, and log-uniform randoms.
+std::vector<float> test_scales(std::mt19937& rng, int n) {
+  std::vector<float> s = {fe::kMinFastScale, fe::kMaxFastScale, nc::bits_float(nc::float_bits(fe::kMaxFastScale) - 1u),
+                          nc::bits_float(nc::float_bits(fe::kMinFastScale) + 1u), 1.0f, nvfp4mla::kInv2688,
+                          nvfp4mla::kInv2688 * 0.001f, 3.0f, 0.75f};
+  for (int i = 0; i < n; ++i) s.push_back(random_scale(rng));
+  return s;
+}
+
+}  // namespace
+
+// Both the recipe and the fast nibble are non-decreasing step functions of |x|; the fast one
+// steps exactly at its seven bounds. Checking the recipe on both sides of every bound therefore
+// proves them equal for every |x|, for every nonzero E4M3 group scale and each outer scale.
+TEST(FastEncode, Nvfp4BoundsAreTheRecipeStepPoints) {
+  std::mt19937 rng(7);
+  const std::vector<float> scales = test_scales(rng, 40000);
+  uint64_t checked = 0, bad = 0;
+  for (int byte = 1; byte <= 0x7E; ++byte) {
+    const float d = nc::e4m3_decode(static_cast<uint8_t>(byte));
+    for (size_t si = 0; si < scales.size(); ++si) {
+      const float s = scales[si];  // s = 1 is the implicit mode as well (x / 1 = x)
+      const fe::Nvfp4Bounds bd = fe::nvfp4_bounds(d, s);
+      for (int k = 0; k < 7; ++k) {
+        ++checked;
+        const bool ok = recipe_magnitude(bd.b[k], s, d) >= uint32_t(k + 1) &&
+                        recipe_magnitude(next_down(bd.b[k]), s, d) <= uint32_t(k) &&
+                        (k == 0 || bd.b[k] > bd.b[k - 1]);
+        if (!ok && bad++ < 5) ADD_FAILURE() << "d=" << d << " s=" << s << " k=" << k << " bound=" << bd.b[k];
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GT(checked, 126u * 40000u * 7u);
+}
+
+// Direct comparison in windows of fp32 values around every bound, both signs (and -0).
+TEST(FastEncode, Nvfp4NibbleMatchesTheRecipeAroundEveryBound) {
+  std::mt19937 rng(11);
+  const std::vector<float> scales = test_scales(rng, 300);
+  uint64_t bad = 0;
+  for (int byte = 0; byte <= 0x7E; ++byte) {
+    const float d = nc::e4m3_decode(static_cast<uint8_t>(byte));
+    for (float s : scales) {
+      for (bool unit : {false, true}) {
+        const float se = unit ? 1.0f : s;
+        const fe::Nvfp4Bounds bd = fe::nvfp4_bounds(d, se);
+        auto check = [&](float x) {
+          const uint8_t want = nr::nvfp4_nibble(unit ? x : nr::nvfp4_prescale(x, s), d);
+          if (fe::nvfp4_nibble(x, bd) != want && bad++ < 5)
+            ADD_FAILURE() << "x=" << x << " d=" << d << " s=" << s << " unit=" << unit;
+        };
+        check(0.0f);
+        check(-0.0f);
+        check(FLT_MAX);
+        check(-FLT_MAX);
+        check(1e-45f);
+        check(-1e-45f);
+        for (int k = 0; k < 7; ++k) {
+          if (!std::isfinite(bd.b[k])) continue;
+          const uint32_t c = nc::float_bits(bd.b[k]);
+          for (uint32_t u = c - 32; u <= c + 32; ++u) {
+            check(nc::bits_float(u));
+            check(-nc::bits_float(u));
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+namespace {
+
+// The recipe's group encoding (record::encode, one group).
+uint8_t recipe_group(const float (&x)[16], float s, bool unit, uint32_t (&nib)[2]) {
+  float y[16], amax = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    y[i] = unit ? x[i] : nr::nvfp4_prescale(x[i], s);
+    amax = nr::max_f(amax, nr::abs_f(y[i]));
+  }
+  const uint8_t byte = nr::nvfp4_group_scale_byte(amax);
+  const float d = nc::e4m3_decode(byte);
+  nib[0] = nib[1] = 0;
+  for (int i = 0; i < 16; ++i) nib[i / 8] |= uint32_t(nr::nvfp4_nibble(y[i], d)) << (4 * (i % 8));
+  return byte;
+}
+
+float random_value(std::mt19937& rng) {
+  const uint32_t kind = rng() % 16;
+  if (kind == 0) return nr::sanitize(nc::bits_float(rng()));  // any bit pattern, NaN/Inf sanitized
+  if (kind == 1) return (rng() & 1) ? -0.0f : 0.0f;
+  if (kind == 2) return nc::bits_float((rng() & 0x807FFFFFu));  // subnormal
+  const int e = static_cast<int>(rng() % 24) - 12;
+  return std::ldexp(static_cast<float>(static_cast<int32_t>(rng())) * 0x1p-31f, e);
+}
+
+}  // namespace
+
+// Whole groups: scale byte and all 16 nibbles, in every mode, with the outer scales the writer
+// can meet on its fast path (dynamic from the group, static random, 0, implicit).
+TEST(FastEncode, Nvfp4GroupMatchesTheRecipe) {
+  std::mt19937 rng(3);
+  uint64_t bad = 0;
+  for (int iter = 0; iter < 400000; ++iter) {
+    float x[16], gmax = 0.0f;
+    const int spread = static_cast<int>(rng() % 3);
+    const float base = std::ldexp(1.0f, static_cast<int>(rng() % 80) - 40);
+    for (int i = 0; i < 16; ++i) {
+      x[i] = nr::sanitize(random_value(rng) * (spread == 0 ? 1.0f : base));
+      if (spread == 2 && (rng() % 4) == 0) x[i] = (rng() & 1) ? FLT_MAX : -FLT_MAX;
+      gmax = std::fmax(gmax, std::fabs(x[i]));
+    }
+    float s;
+    bool unit = false;
+    switch (iter % 4) {
+      case 0: s = nr::nvfp4_dynamic_scale(gmax * std::ldexp(1.0f, static_cast<int>(rng() % 8))); break;
+      case 1: s = random_scale(rng); break;
+      case 2: s = 0.0f; break;
+      default: s = 1.0f; unit = true; break;
+    }
+    if (!unit && s != 0.0f && (s < fe::kMinFastScale || s > fe::kMaxFastScale)) continue;
+    uint32_t want[2], got[2];
+    const uint8_t wb = recipe_group(x, s, unit, want);
+    const uint8_t gb = fe::nvfp4_group(x, gmax, s, unit, got);
+    if ((wb != gb || want[0] != got[0] || want[1] != got[1]) && bad++ < 5)
+      ADD_FAILURE() << "iter " << iter << " scale byte " << int(wb) << " vs " << int(gb) << std::hex << " nib " << want[0] << "," << want[1] << " vs " << got[0] << "," << got[1] << " s=" << s << " gmax=" << gmax;
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// fp8_ds_mla: x * (1 / p) then E4M3 equals the recipe's E4M3(x / p), for every BF16 value and
+// every tile scale, and for random fp32 values.
+TEST(FastEncode, Fp8BytesMatchTheRecipe) {
+  uint64_t bad = 0;
+  std::mt19937 rng(5);
+  for (int k = nvfp4mla::layout::fp8::kMinScaleLog2; k <= 120; ++k) {
+    const float p = std::ldexp(1.0f, k);
+    ASSERT_EQ(nr::fp8_tile_scale(p * 448.0f), p);
+    const float inv = fe::fp8_inverse_scale(p);
+    ASSERT_EQ(inv, 1.0f / p);
+    auto check = [&](float x0, float x1, float x2, float x3) {
+      const uint32_t want = nc::e4m3_encode(x0 / p) | (nc::e4m3_encode(x1 / p) << 8) |
+                            (nc::e4m3_encode(x2 / p) << 16) | (uint32_t(nc::e4m3_encode(x3 / p)) << 24);
+      if (fe::fp8_word(x0, x1, x2, x3, inv) != want && bad++ < 5) ADD_FAILURE() << "p=" << p << " x0=" << x0;
+    };
+    for (uint32_t b = 0; b < 65536; b += 4) {
+      float v[4];
+      for (int i = 0; i < 4; ++i) v[i] = nr::sanitize(nc::bf16_decode(static_cast<uint16_t>(b + i)));
+      check(v[0], v[1], v[2], v[3]);
+    }
+    for (int i = 0; i < 20000; ++i) {
+      float v[4];
+      for (float& x : v) x = nr::sanitize(nc::bits_float(rng()));
+      check(v[0], v[1], v[2], v[3]);
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
