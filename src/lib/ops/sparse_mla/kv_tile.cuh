@@ -29,20 +29,30 @@ struct Format {
 inline constexpr int kUnitsPerRow = kQkDim / 16;
 inline constexpr int kLatentUnits = kLatentDim / 16;
 
-__device__ __forceinline__ void store_16_bf16(__nv_bfloat16* dst, const float (&v)[16]) {
+// 16 K-row values go to shared memory as two 8-value (16-byte) halves: `lo` takes values 0..7,
+// `hi` values 8..15. Row-major tiles pass hi = lo + 8; core-matrix tiles (wgmma) pass the two
+// core-matrix rows that hold them.
+struct Dst16 {
+  __nv_bfloat16* lo;
+  __nv_bfloat16* hi;
+};
+__device__ __forceinline__ Dst16 contiguous(__nv_bfloat16* dst) { return {dst, dst + 8}; }
+
+__device__ __forceinline__ void store_16_words(Dst16 dst, uint4 w0, uint4 w1) {
+  *reinterpret_cast<uint4*>(dst.lo) = w0;
+  *reinterpret_cast<uint4*>(dst.hi) = w1;
+}
+
+__device__ __forceinline__ void store_16_bf16(Dst16 dst, const float (&v)[16]) {
   uint4 w0, w1;
   w0.x = ptx::pack_bf16x2(v[0], v[1]);   w0.y = ptx::pack_bf16x2(v[2], v[3]);
   w0.z = ptx::pack_bf16x2(v[4], v[5]);   w0.w = ptx::pack_bf16x2(v[6], v[7]);
   w1.x = ptx::pack_bf16x2(v[8], v[9]);   w1.y = ptx::pack_bf16x2(v[10], v[11]);
   w1.z = ptx::pack_bf16x2(v[12], v[13]); w1.w = ptx::pack_bf16x2(v[14], v[15]);
-  reinterpret_cast<uint4*>(dst)[0] = w0;
-  reinterpret_cast<uint4*>(dst)[1] = w1;
+  store_16_words(dst, w0, w1);
 }
 
-__device__ __forceinline__ void store_16_zero(__nv_bfloat16* dst) {
-  reinterpret_cast<uint4*>(dst)[0] = make_uint4(0, 0, 0, 0);
-  reinterpret_cast<uint4*>(dst)[1] = make_uint4(0, 0, 0, 0);
-}
+__device__ __forceinline__ void store_16_zero(Dst16 dst) { store_16_words(dst, make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)); }
 
 // Aligned fp32 field of a record in shared memory (record widths and fp32 offsets are
 // multiples of 4).
@@ -115,7 +125,7 @@ __device__ __forceinline__ void e2m1x8_lookup(uint32_t nib, const E2m1Table& t, 
 
 // Dequantize unit `u` (0..35) of one record into dst (16 BF16 values of the K row).
 template <class F>
-__device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float layer_scale, __nv_bfloat16* dst) {
+__device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float layer_scale, Dst16 dst) {
   float v[16];
   if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla) {
     namespace L = layout::nvfp4;
@@ -130,21 +140,18 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
       uint32_t w0[4], w1[4];
       e2m1x8_lookup(nib.x, table, w0);
       e2m1x8_lookup(nib.y, table, w1);
-      reinterpret_cast<uint4*>(dst)[0] = make_uint4(w0[0], w0[1], w0[2], w0[3]);
-      reinterpret_cast<uint4*>(dst)[1] = make_uint4(w1[0], w1[1], w1[2], w1[3]);
+      store_16_words(dst, make_uint4(w0[0], w0[1], w0[2], w0[3]), make_uint4(w1[0], w1[1], w1[2], w1[3]));
     } else if constexpr (F::spec.rope == RopeEncoding::fp8) {
       e4m3x16_scaled(rec + L::kRopeOffset + 16 * (u - kLatentUnits), load_f32_aligned(rec + L::kRopeScaleOffset), v);
       store_16_bf16(dst, v);
     } else {
       const uint4* src = reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
-      reinterpret_cast<uint4*>(dst)[0] = src[0];
-      reinterpret_cast<uint4*>(dst)[1] = src[1];
+      store_16_words(dst, src[0], src[1]);
     }
   } else if constexpr (F::spec.dtype == CacheDtype::bf16) {
     // A bf16 record is a K row already: unit u is bytes [32u, 32u + 32).
     const uint4* src = reinterpret_cast<const uint4*>(rec + 32 * u);
-    reinterpret_cast<uint4*>(dst)[0] = src[0];
-    reinterpret_cast<uint4*>(dst)[1] = src[1];
+    store_16_words(dst, src[0], src[1]);
   } else if constexpr (F::spec.dtype == CacheDtype::fp8_ds_mla) {
     namespace L = layout::fp8;
     if (u < kLatentUnits) {
@@ -153,10 +160,14 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
       store_16_bf16(dst, v);
     } else {
       const uint4* src = reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
-      reinterpret_cast<uint4*>(dst)[0] = src[0];
-      reinterpret_cast<uint4*>(dst)[1] = src[1];
+      store_16_words(dst, src[0], src[1]);
     }
   }
+}
+
+template <class F>
+__device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float layer_scale, __nv_bfloat16* dst) {
+  dequant_unit<F>(rec, u, layer_scale, contiguous(dst));
 }
 
 }  // namespace nvfp4mla::cuda

@@ -23,6 +23,7 @@
 #include "nvfp4mla/error.h"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
+#include "ops/sparse_mla/wgmma_sm90.cuh"
 
 namespace nvfp4mla::cuda {
 namespace {
@@ -44,7 +45,8 @@ struct DecodeParams {
   float scale_log2;  // sm_scale * log2(e)
   float layer_scale;
   bool lse_base2;
-  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV; results are garbage
+  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV, 8 record copies (64-head
+                  // kernel); results are garbage
   __nv_bfloat16* out;   // final output when splits == 1
   float* lse;
   float* part_out;      // [rows, heads, splits, 512] when splits > 1
@@ -81,6 +83,28 @@ __device__ __forceinline__ int32_t entry_slot(const DecodeParams& p, int row, in
   return (idx >= 0 && idx < p.capacity) ? idx : -1;
 }
 
+// Slots of future tiles travel in registers of the threads that publish them (one entry per
+// thread), kSlotAhead tiles deep: an index load then has several tiles of work to complete
+// before its slot is needed, instead of one (a dependent global load per tile bounded the
+// loop at one memory latency per tile).
+constexpr int kSlotAhead = 4;
+struct SlotPrefetch {
+  int32_t v[kSlotAhead];
+  // Start with the slots of tiles first .. first + kSlotAhead - 1 (-1 past `end`).
+  __device__ __forceinline__ SlotPrefetch(const DecodeParams& p, int row, int len, int first, int end, int kTile, int lane) {
+#pragma unroll
+    for (int i = 0; i < kSlotAhead; ++i) v[i] = first + i < end ? entry_slot(p, row, len, (first + i) * kTile + lane) : -1;
+  }
+  // The oldest slot; the register ring then takes tile `next` (the one kSlotAhead later).
+  __device__ __forceinline__ int32_t pop(const DecodeParams& p, int row, int len, int next, int end, int kTile, int lane) {
+    const int32_t out = v[0];
+#pragma unroll
+    for (int i = 0; i + 1 < kSlotAhead; ++i) v[i] = v[i + 1];
+    v[kSlotAhead - 1] = next < end ? entry_slot(p, row, len, next * kTile + lane) : -1;
+    return out;
+  }
+};
+
 // Start the asynchronous copy of a tile's raw records whose slots are in `tok` (into the raw
 // buffer, or straight into the K tile for bf16 records).
 template <class F, int kThreads, int kTile, bool kIntoKRows = F::kRawIsKRow>
@@ -106,10 +130,16 @@ struct SoftmaxState {
 };
 
 // One tile of the online softmax (base 2). `s` holds the tile's logits (scaled, -inf where
-// masked) in the MMA accumulator layout; on return it holds the BF16-rounded weights, and the
-// output accumulators are rescaled to the new running maximum.
+// masked) in the MMA accumulator layout; on return it holds the BF16-rounded weights.
+// Lazy rescaling: the reference maximum m only moves when a tile's maximum exceeds it by more
+// than kLazyRescaleLog2, so weights stay below 2^kLazyRescaleLog2 (exact in BF16's range, harmless
+// to the fp32 sums) and the output accumulators are rescaled only in the rare tiles where some
+// row of the warp moves its reference. Out, l and the LSE are the same quantities either way.
+constexpr float kLazyRescaleLog2 = 8.0f;
 template <int NT, int NT_O>
 __device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4]) {
+  float alpha[2];
+  bool moved = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
@@ -117,9 +147,12 @@ __device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& 
     for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-    const float m_new = fmaxf(st.m[r], mx);
+    // -inf reference (nothing valid yet) moves to any finite maximum.
+    const bool move = mx > st.m[r] + kLazyRescaleLog2;
+    const float m_new = move ? mx : st.m[r];
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    const float alpha = ptx::exp2_approx(st.m[r] - m_use);
+    alpha[r] = move ? ptx::exp2_approx(st.m[r] - m_use) : 1.0f;
+    moved |= move;
     st.m[r] = m_new;
     float sum = 0.0f, sum_rounded = 0.0f;
 #pragma unroll
@@ -130,12 +163,16 @@ __device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& 
       sum += e0 + e1;
       sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
     }
-    st.l[r] = st.l[r] * alpha + sum;
-    st.l_out[r] = st.l_out[r] * alpha + sum_rounded;
+    st.l[r] = st.l[r] * alpha[r] + sum;
+    st.l_out[r] = st.l_out[r] * alpha[r] + sum_rounded;
+  }
+  if (__any_sync(0xFFFFFFFFu, moved)) {
 #pragma unroll
     for (int i = 0; i < NT_O; ++i) {
-      o[i][2 * r] *= alpha;
-      o[i][2 * r + 1] *= alpha;
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
     }
   }
 }
@@ -239,18 +276,15 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
   }
   // Raw records travel kStages tiles ahead of the computed tile (a ring of kStages buffers, one
   // cp.async group per tile, empty groups past the end keep the count uniform). Slots travel
-  // one step further: a register of the first kTile threads holds the slots of the next tile
-  // to publish, so their index loads overlap a whole tile of work; sTok is a ring of
-  // kStages + 1 tiles (the computed one and those in flight).
+  // kSlotAhead tiles further in registers of the first kTile threads (SlotPrefetch); sTok is
+  // a ring of kStages + 1 tiles (the computed one and those in flight).
   constexpr int kStages = Smem::stages;
   constexpr int kTokRing = kStages + 1;
   auto raw_of = [&](int t) { return F::kRawIsKRow ? sRaw : sRaw + size_t(t % kStages) * Smem::raw_stage_bytes; };
   auto tok_of = [&](int t) { return sTok + (t % kTokRing) * kTile; };
-  int32_t next_slot = -1;
-  if (tid < kTile) {
+  if (tid < kTile)
     for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) tok_of(t)[tid] = entry_slot(p, row, len, t * kTile + tid);
-    if (tile_begin + kStages < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + kStages) * kTile + tid);
-  }
+  SlotPrefetch ahead(p, row, len, tile_begin + kStages, tid < kTile ? tile_end : 0, kTile, tid);
   __syncthreads();
   for (int t = tile_begin; t < tile_begin + kStages; ++t) {
     if (t < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(t), raw_of(t));
@@ -268,8 +302,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
     ptx::cp_async_wait_group<kStages - 1>();
     __syncthreads();
     if (tid < kTile && tile + kStages < tile_end) {
-      tok_of(tile + kStages)[tid] = next_slot;
-      next_slot = tile + kStages + 1 < tile_end ? entry_slot(p, row, len, (tile + kStages + 1) * kTile + tid) : -1;
+      tok_of(tile + kStages)[tid] = ahead.pop(p, row, len, tile + kStages + kSlotAhead, tile_end, kTile, tid);
     }
     // 1. Dequantize into the K tile; masked entries become zero rows. Latent groups and RoPE
     //    chunks run in separate loops so that no warp diverges between the two paths.
@@ -277,9 +310,9 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       const int t = u / kLatentUnits, k = u % kLatentUnits;
       __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
       if (p.debug_skip & 1) {
-        if (t == 0) store_16_zero(dst);
+        if (t == 0) store_16_zero(contiguous(dst));
       } else if (tok[t] < 0) {
-        store_16_zero(dst);
+        store_16_zero(contiguous(dst));
       } else if constexpr (!F::kRawIsKRow) {
         dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
       }
@@ -289,7 +322,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       const int t = u / kRopeUnits, k = kLatentUnits + u % kRopeUnits;
       __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
       if (tok[t] < 0) {
-        store_16_zero(dst);
+        store_16_zero(contiguous(dst));
       } else if constexpr (!F::kRawIsKRow) {
         dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
       }
@@ -360,25 +393,32 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
   store_outputs(p, st, o, row, head0, heads_here, hb, part * DPW, part == 0, split, lane);
 }
 
-// ---- warp-specialized decode for 64-head tiles (sm_90) ---------------------------------------
+// ---- warp-specialized decode for 64-head tiles (sm_90a, wgmma) -----------------------------
 //
 // Four warpgroups: two producer warpgroups gather raw records (cp.async, kStages tiles ahead)
 // and dequantize each 32-entry tile into one of two K buffers, while two consumer warpgroups run
-// S = Q K^T, the softmax and O += P V on the other buffer, so dequantization overlaps the
-// matrix work. Consumer warp c owns heads 16 * (c % 4) .. +16 and half c / 4 of the work: for
-// S it sums the dims [288 * half, +288) (half of 576; the halves add their partial scores through
-// shared memory), for O it owns output dims [256 * half, +256) (half of 512). Full/empty handoffs use named
-// barriers; setmaxnreg moves registers from the producer to the consumers.
+// S = Q K^T, the softmax and O += P V on the other buffer with warpgroup MMAs, so
+// dequantization overlaps the matrix work. Consumer warpgroup `half` sums the scores over dims
+// [288 * half, +288) (the halves add their partial scores through shared memory) and owns output
+// dims [256 * half, +256); its warp w holds heads 16w..16w+15 of both. Q and the K buffers are
+// stored as 8x8 core matrices (wgmma_sm90.cuh), so one K buffer is the B operand of both products.
+// Full/empty handoffs use named barriers; setmaxnreg moves registers to the consumers.
 constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256;
 constexpr int kWsQkHalf = kQkDim / 2, kWsVHalf = kLatentDim / 2;  // each consumer half's dims
 constexpr int kWsScoreStride = kWsTile + 8;
 constexpr int kBarConsumer = 1, kBarProducer = 2, kBarFull0 = 3, kBarEmpty0 = 5;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
+static_assert(kWsQkHalf % 16 == 0 && kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: k16 steps, n256 for PV, n32 for QK");
+
+// Element offset of (row r, dim d) in a core-matrix tile of `rows` rows: dim blocks of 8 are
+// outermost, then rows, 8 dims (16 bytes) per row.
+template <int kRows>
+__device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kRows + r) * 8 + (d & 7); }
 
 template <class F>
 struct WsSmem {
-  static constexpr size_t q_bytes = size_t(kWsHeads) * kRowStride * 2;
-  static constexpr size_t k_buf_bytes = size_t(kWsTile) * kRowStride * 2;
+  static constexpr size_t q_bytes = size_t(kWsHeads) * kQkDim * 2;
+  static constexpr size_t k_buf_bytes = size_t(kWsTile) * kQkDim * 2;
   static constexpr size_t sp_bytes = size_t(2) * 2 * kWsHeads * kWsScoreStride * 4;  // [buffer][half]
   static constexpr size_t valid_bytes = size_t(2) * kWsTile * 4;
   static constexpr size_t raw_stage_bytes = size_t(kWsTile) * F::kRecordBytes;
@@ -402,6 +442,7 @@ struct WsSmem {
 
 template <class F>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F>;
   constexpr int kStages = Smem::stages, kSlotRing = kStages + 1;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -418,7 +459,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int len = row_length(p, row);
   const int tile_begin = split * p.tiles_per_split;
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
-  auto k_buf = [&](int i) { return sK + (i & 1) * kWsTile * kRowStride; };
+  auto k_buf = [&](int i) { return sK + (i & 1) * kWsTile * kQkDim; };
   auto slot_of = [&](int t) { return sSlot + (t % kSlotRing) * kWsTile; };
   auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
 
@@ -427,23 +468,27 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const int h = c / q_chunks, ch = c % q_chunks;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
-    *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
+    *reinterpret_cast<uint4*>(sQ + core_offset<kWsHeads>(h, 8 * ch)) = v;
   }
+  wgmma::fence_proxy_async_smem();
   const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
-  int32_t next_slot = -1;
-  if (ptid >= 0 && ptid < kWsTile) {
+  const bool publishes_slots = ptid >= 0 && ptid < kWsTile;
+  if (publishes_slots)
     for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t)
       slot_of(t)[ptid] = entry_slot(p, row, len, t * kWsTile + ptid);
-    if (tile_begin + kStages < tile_end) next_slot = entry_slot(p, row, len, (tile_begin + kStages) * kWsTile + ptid);
-  }
   __syncthreads();
 
-  if (ptid >= 0) {
+  // The role must be visibly warp-uniform for ptxas to compile each branch under its
+  // setmaxnreg budget (the consumers' 128 accumulators do not fit the 128-register entry cap).
+  const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
+  if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
-    NVFP4MLA_SETMAXNREG(dec, 56);
+    NVFP4MLA_SETMAXNREG(dec, 56);  // 256 x 200 + 256 x 56 = 65536
     constexpr int kProducers = kWsThreads - kWsConsumers;
+    const bool copies = !(p.debug_skip & 8), dequant = !(p.debug_skip & 1);
+    SlotPrefetch ahead(p, row, len, tile_begin + kStages, publishes_slots ? tile_end : 0, kWsTile, ptid);
     for (int t = tile_begin; t < tile_begin + kStages; ++t) {
-      if (t < tile_end) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(t), raw_of(t), ptid);
+      if (t < tile_end && copies) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(t), raw_of(t), ptid);
       else ptx::cp_async_commit();
     }
     for (int tile = tile_begin; tile < tile_end; ++tile) {
@@ -451,68 +496,62 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       if (i >= 2) ptx::named_barrier_sync(kBarEmpty0 + (i & 1), kWsThreads);  // consumers left this buffer
       ptx::cp_async_wait_group<kStages - 1>();
       ptx::named_barrier_sync(kBarProducer, kProducers);  // every producer's copies of this tile landed
-      if (ptid < kWsTile && tile + kStages < tile_end) {
-        slot_of(tile + kStages)[ptid] = next_slot;
-        next_slot = tile + kStages + 1 < tile_end ? entry_slot(p, row, len, (tile + kStages + 1) * kWsTile + ptid) : -1;
-      }
+      if (publishes_slots && tile + kStages < tile_end)
+        slot_of(tile + kStages)[ptid] = ahead.pop(p, row, len, tile + kStages + kSlotAhead, tile_end, kWsTile, ptid);
       const int32_t* slots = slot_of(tile);
       const uint8_t* raw = raw_of(tile);
       __nv_bfloat16* kt = k_buf(i);
-      // Latent groups and RoPE chunks in separate loops: no warp diverges between the paths.
-      for (int u = ptid; u < kWsTile * kLatentUnits; u += kProducers) {
-        const int t = u / kLatentUnits, k = u % kLatentUnits;
-        __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
-        if (slots[t] < 0) store_16_zero(dst);
-        else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
-      }
-      for (int u = ptid; u < kWsTile * (kUnitsPerRow - kLatentUnits); u += kProducers) {
-        const int t = u / (kUnitsPerRow - kLatentUnits), k = kLatentUnits + u % (kUnitsPerRow - kLatentUnits);
-        __nv_bfloat16* dst = kt + t * kRowStride + 16 * k;
+      // Work item u: 8 consecutive lanes take 8 consecutive entries of one unit, so their
+      // 16-byte stores fill whole core-matrix rows without bank conflicts; a warp covers 4 units
+      // (36 per entry is a multiple of 4), so no warp mixes latent groups and RoPE chunks.
+      for (int u = ptid; u < (dequant ? kWsTile * kUnitsPerRow : 0); u += kProducers) {
+        const int t = (u >> 3) / kUnitsPerRow * 8 + (u & 7), k = (u >> 3) % kUnitsPerRow;
+        const Dst16 dst{kt + core_offset<kWsTile>(t, 16 * k), kt + core_offset<kWsTile>(t, 16 * k + 8)};
         if (slots[t] < 0) store_16_zero(dst);
         else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
       }
       if (ptid < kWsTile) sValid[(i & 1) * kWsTile + ptid] = slots[ptid] >= 0;
+      wgmma::fence_proxy_async_smem();  // the tensor cores read this buffer next
       __threadfence_block();
       ptx::named_barrier_arrive(kBarFull0 + (i & 1), kWsThreads);
       ptx::named_barrier_sync(kBarProducer, kProducers);  // all reads of this raw stage are done
-      if (tile + kStages < tile_end) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(tile + kStages), raw_of(tile + kStages), ptid);
+      if (tile + kStages < tile_end && copies) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(tile + kStages), raw_of(tile + kStages), ptid);
       else ptx::cp_async_commit();
     }
-    return;
-  }
-
+  } else {
   // ---- consumer warpgroups ----
   NVFP4MLA_SETMAXNREG(inc, 200);
   const int hb = warp & 3, half = warp >> 2;
   const int g = lane >> 2, t4 = lane & 3;
-  constexpr int NT = kWsTile / 8;  // score n-tiles per tile
-  constexpr int NT_O = kWsVHalf / 8;  // output n-tiles per warp
+  constexpr int NT = kWsTile / 8;     // score column blocks per tile
+  constexpr int NT_O = kWsVHalf / 8;  // output column blocks per warpgroup
   float o[NT_O][4];
 #pragma unroll
   for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   SoftmaxState st;
-  const __nv_bfloat16* q_base = sQ + (hb * 16 + (lane & 15)) * kRowStride + half * kWsQkHalf + (lane >> 4) * 8;
+  // Byte strides of the core-matrix tiles: next 8 dims (a dim block), next 8 rows.
+  constexpr uint32_t kQDimBlock = kWsHeads * 16, kKDimBlock = kWsTile * 16, kEight = 128;
+  // Descriptors are built once; each MMA advances them by a compile-time byte offset.
+  const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ) + (half * kWsQkHalf / 8) * kQDimBlock, kQDimBlock, kEight);
+  const uint32_t k_half = (half * kWsQkHalf / 8) * kKDimBlock;  // this half's first dim block
+  const uint64_t k_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + k_half, kKDimBlock, kEight),
+                              wgmma::smem_desc(ptx::smem_addr(k_buf(1)) + k_half, kKDimBlock, kEight)};
+  const uint64_t v_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (half * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock),
+                              wgmma::smem_desc(ptx::smem_addr(k_buf(1)) + (half * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock)};
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int i = tile - tile_begin;
-    const __nv_bfloat16* kt = k_buf(i);
     ptx::named_barrier_sync(kBarFull0 + (i & 1), kWsThreads);
-    // Partial scores over this half's dims.
+    // Partial scores over this half's dims: 18 steps of m64n32k16, Q and K from shared memory.
     float acc[NT][4];
+    wgmma::fence();
+    const uint64_t kd = (i & 1) ? k_desc[1] : k_desc[0];
+    if (!(p.debug_skip & 2))
 #pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    const __nv_bfloat16* k_base = kt + ((lane & 7) + ((lane >> 4) << 3)) * kRowStride + half * kWsQkHalf + ((lane >> 3) & 1) * 8;
-#pragma unroll 3
-    for (int kk = 0; kk < kWsQkHalf / 16; ++kk) {
-      uint32_t a[4];
-      ptx::ldmatrix_x4(a, q_base + kk * 16);
-#pragma unroll
-      for (int j = 0; j < NT; j += 2) {
-        uint32_t b[4];
-        ptx::ldmatrix_x4(b, k_base + j * 8 * kRowStride + kk * 16);
-        ptx::mma_bf16_16816(acc[j], a, b[0], b[1]);
-        ptx::mma_bf16_16816(acc[j + 1], a, b[2], b[3]);
-      }
-    }
+    for (int kk = 0; kk < kWsQkHalf / 16; ++kk)
+      wgmma::m64n32k16_ss(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
+                          wgmma::desc_advance(kd, 2 * kk * kKDimBlock), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
     float* sp_mine = sP + ((i & 1) * 2 + half) * kWsHeads * kWsScoreStride;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -521,7 +560,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       *reinterpret_cast<float2*>(s0 + 8 * kWsScoreStride) = make_float2(acc[j][2], acc[j][3]);
     }
     ptx::named_barrier_sync(kBarConsumer, kWsConsumers);
-    // Full scores = half 0 + half 1 (the same order in both warps of a pair), scaled and masked.
+    // Full scores = half 0 + half 1 (the same order in both warpgroups), scaled and masked.
     const float* sp0 = sP + ((i & 1) * 2) * kWsHeads * kWsScoreStride;
     const float* sp1 = sp0 + kWsHeads * kWsScoreStride;
     const int32_t* valid = sValid + (i & 1) * kWsTile;
@@ -539,10 +578,27 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       s[j][3] = v1 ? (a_hi.y + b_hi.y) * p.scale_log2 : -INFINITY;
     }
     softmax_update(s, st, o);
-    pv_update(s, kt, half * kWsVHalf, lane, o);
+    // O += P V: P (BF16 weights) from registers, V = this half's 256 dims of the K buffer,
+    // read transposed (tokens are the k dimension).
+    wgmma::fence();
+    const uint64_t vd = (i & 1) ? v_desc[1] : v_desc[0];
+    if (!(p.debug_skip & 4))
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) {
+      const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                             ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      // Tokens 16kk..16kk+15 are two 8-row core-matrix groups, 16 bytes per token row.
+      wgmma::m64n128k16_rs_tb<0>(o, a, wgmma::desc_advance(vd, kk * 16 * 16));
+      wgmma::m64n128k16_rs_tb<16>(o, a, wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
+    }
+    wgmma::commit();
+    wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
     if (tile + 2 < tile_end) ptx::named_barrier_arrive(kBarEmpty0 + (i & 1), kWsThreads);  // buffer free
   }
   store_outputs(p, st, o, row, head0, heads_here, hb, half * kWsVHalf, half == 0, split, lane);
+  }
+#endif
 }
 
 // Combine the splits of one (row, head): weights 2^(lse_s - max), output = weighted mean.

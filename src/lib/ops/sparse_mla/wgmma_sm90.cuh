@@ -1,0 +1,101 @@
+#pragma once
+// Warpgroup MMA (sm_90a) for the attention kernels: shared-memory matrix descriptors for the
+// no-swizzle ("interleaved") canonical layout, BF16 wgmma shapes the decode kernel uses, and
+// the fences and group waits they need. Everything here compiles to nothing on other targets;
+// callers only launch the kernels that use it on sm_90.
+//
+// The no-swizzle canonical layout is built from 8x8 core matrices: 8 rows of 8 BF16 values,
+// each row 16 contiguous bytes, the whole core matrix 128 contiguous bytes. A descriptor gives
+// the start address and two strides between core matrices:
+//   K-major operand (rows along M/N, values along K): LBO = next 8 K values, SBO = next 8 rows;
+//   MN-major operand (transposed B: rows along K, values along N): LBO = next 8 K rows,
+//   SBO = next 8 N values.
+// A K tile stored as core matrices of (8 tokens x 8 dims) serves both products of attention:
+// K-major B for S = Q K^T (N = tokens) and MN-major B for O = P V (K = tokens, N = dims).
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NVFP4MLA_WGMMA 1
+#endif
+
+namespace nvfp4mla::cuda::wgmma {
+
+__device__ __forceinline__ uint64_t smem_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  // Bits 0-13 address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4; swizzle mode 0 (none), base offset 0.
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32);
+}
+
+// The descriptor of the same layout `bytes` further on (a multiple of 16): the address field
+// is the low 14 bits and tiles stay below 256 KB, so the add never carries into the strides.
+// Keep `bytes` a compile-time constant in unrolled loops: the add then folds into the
+// uniform-register arithmetic instead of rebuilding the descriptor per MMA.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+__device__ __forceinline__ void fence() {
+#ifdef NVFP4MLA_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void commit() {
+#ifdef NVFP4MLA_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void wait() {
+#ifdef NVFP4MLA_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+// Generic-proxy shared-memory stores (dequantized tiles, Q) made visible to the tensor cores'
+// async proxy; each writing thread runs it before the barrier that publishes the data.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#ifdef NVFP4MLA_WGMMA
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Accumulators are passed as float[N/8][4]: block j holds rows g, g+8 of the warp's 16 rows at
+// columns 8j + 2*(lane%4) + {0,1}, the same per-warp layout as mma.sync m16n8 accumulators.
+#define NVFP4MLA_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+
+// D[64x32] (+)= A[64x16] * B[16x32], A and B K-major from shared memory.
+__device__ __forceinline__ void m64n32k16_ss(float (&d)[4][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+#ifdef NVFP4MLA_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : NVFP4MLA_ACC4(0), NVFP4MLA_ACC4(1), NVFP4MLA_ACC4(2), NVFP4MLA_ACC4(3)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+#endif
+}
+
+#define NVFP4MLA_ACC32(b) NVFP4MLA_ACC4(b), NVFP4MLA_ACC4(b + 1), NVFP4MLA_ACC4(b + 2), NVFP4MLA_ACC4(b + 3), \
+                          NVFP4MLA_ACC4(b + 4), NVFP4MLA_ACC4(b + 5), NVFP4MLA_ACC4(b + 6), NVFP4MLA_ACC4(b + 7)
+
+// D[64x128] += A[64x16] * B[16x128]: A from registers (four BF16x2 per thread, the mma.sync
+// m16n8k16 A layout per warp), B MN-major (transposed) from shared memory. `d` is the 16-block
+// slice of a larger accumulator array starting at block `first`.
+template <int first, int blocks>
+__device__ __forceinline__ void m64n128k16_rs_tb(float (&d)[blocks][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(first + 16 <= blocks);
+#ifdef NVFP4MLA_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+      "{%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : NVFP4MLA_ACC32(first), NVFP4MLA_ACC32(first + 8)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+#endif
+}
+
+#undef NVFP4MLA_ACC32
+#undef NVFP4MLA_ACC4
+
+}  // namespace nvfp4mla::cuda::wgmma
