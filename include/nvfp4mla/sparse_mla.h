@@ -52,6 +52,13 @@ struct ReferenceOptions {
 void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& args, float* out, float* lse,
                           const ReferenceOptions& options = {});
 
+// Attention logits of every index position, as the evaluation and the GPU scores kernel
+// (cuda/sparse_scores.h) define them: scores [rows, heads, topk] fp32,
+// s = sm_scale * q.K (fp64 dot product over the dequantized record, rounded once to fp32),
+// -inf where the entry is masked (its record is never read).
+void sparse_mla_scores_reference(const RecordSpec& spec, const SparseMlaArgs& args, float* scores,
+                                 const ReferenceOptions& options = {});
+
 // Checks shapes and pointers shared by every implementation; throws Error.
 void validate_sparse_mla_args(const RecordSpec& spec, const SparseMlaArgs& args);
 

@@ -8,29 +8,12 @@
 #include "nvfp4mla/calibration.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/format.h"
+#include "nvfp4mla/layer_tensors.h"
 #include "nvfp4mla/record.h"
 #include "nvfp4mla/safetensors.h"
 
 namespace nvfp4mla::cli {
 namespace {
-
-constexpr const char* kLayerPrefix = "layers.";
-constexpr const char* kLatentSuffix = ".kv_c";
-
-// The layer index of a tensor named layers.<i>.kv_c, or -1 for a tensor of another kind
-// (ignored). A malformed index (layers.x.kv_c, layers.01.kv_c) is an error, not a silent skip.
-int latent_layer_index(const std::string& name, const std::string& origin) {
-  const std::string prefix = kLayerPrefix, suffix = kLatentSuffix;
-  if (name.size() < prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return -1;
-  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 6 ||
-      (digits.size() > 1 && digits[0] == '0'))
-    throw Error(origin + ": tensor '" + name + "' does not name a layer; expected " + kLayerPrefix + "<i>" +
-                kLatentSuffix + " with i = 0, 1, 2, ...");
-  return std::stoi(digits);
-}
 
 struct LayerStats {
   int64_t tokens = 0;
@@ -69,21 +52,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--output", args->output, "calibration JSON to write")->required();
   cmd->callback([args] {
     const TensorMap in = read_safetensors(args->input);
-    std::vector<std::string> names;  // names[i] = tensor of layer i
-    for (const auto& [name, tensor] : in) {
-      const int layer = latent_layer_index(name, args->input);
-      if (layer < 0) continue;
-      if (layer >= static_cast<int>(names.size())) names.resize(layer + 1);
-      names[layer] = name;
-    }
-    if (names.empty())
-      throw Error(args->input + ": no tensors named " + kLayerPrefix + "<i>" + kLatentSuffix +
-                  " (expected one per layer, layers 0..N-1)");
-    for (size_t i = 0; i < names.size(); ++i)
-      if (names[i].empty())
-        throw Error(args->input + ": tensor " + kLayerPrefix + std::to_string(i) + kLatentSuffix + " is missing (found " +
-                    kLayerPrefix + "<i>" + kLatentSuffix + " up to layer " + std::to_string(names.size() - 1) +
-                    "; every layer 0..N-1 must be present)");
+    const std::vector<std::string> names = layer_tensor_names(in, "kv_c", args->input);
 
     std::vector<LayerStats> stats;
     std::vector<float> max_abs;

@@ -82,7 +82,7 @@ struct EvalFlags {
   std::string json_path;
   std::string plot_dir;
   std::string device = "auto";
-  std::string sections = "latent,attention,sweep,needle";
+  std::string sections;  // empty: every section (latent and attention with --dump)
   std::string needle_layers, needle_lengths, needle_depths, modes;
   bool no_progress = false;
 };
@@ -134,7 +134,9 @@ void apply_flags(EvalFlags& f) {
   eval::EvalOptions& o = f.options;
   o.device = eval::parse_device(f.device);
   o.latent = o.attention.enabled = o.sweep.enabled = o.needle.enabled = false;
-  for (const std::string& s : split_list(f.sections)) {
+  const std::string sections =
+      !f.sections.empty() ? f.sections : o.dump.empty() ? "latent,attention,sweep,needle" : "latent,attention";
+  for (const std::string& s : split_list(sections)) {
     if (s == "latent") o.latent = true;
     else if (s == "attention") o.attention.enabled = true;
     else if (s == "sweep") o.sweep.enabled = true;
@@ -166,7 +168,7 @@ void add_eval_command(CLI::App& app) {
   auto flags = std::make_shared<EvalFlags>();
   auto* cmd = app.add_subcommand("eval",
                                  "Quality evaluation of every record format and scale mode on the embedded synthetic "
-                                 "GLM-5.2-like workload: capacity, latent error, group-scale health, attention "
+                                 "GLM-5.2-like workload or your own dump: capacity, latent error, group-scale health, attention "
                                  "error and KL divergence, magnitude sweep, needle retention");
   cmd->add_option("--seed", flags->options.seed, "Workload seed (deterministic)")->capture_default_str();
   cmd->add_option("--tokens-per-layer", flags->options.tokens_per_layer, "Evaluation tokens per layer")
@@ -181,7 +183,14 @@ void add_eval_command(CLI::App& app) {
                   "Evaluate only these modes, comma-separated: fp8_ds_mla_656, nvfp4_432_implicit, nvfp4_432_static, "
                   "nvfp4_368_implicit, nvfp4_368_static, nvfp4_368_dynamic (default: all); the bf16_1152 reference is "
                   "always included");
-  cmd->add_option("--sections", flags->sections, "Which parts to run: latent,attention,sweep,needle")->capture_default_str();
+  cmd->add_option("--sections", flags->sections,
+                  "Which parts to run: latent,attention,sweep,needle (default: all; with --dump: latent,attention)");
+  cmd->add_option("--dump", flags->options.dump,
+                  "Evaluate your own activations instead of the synthetic model: a safetensors file with "
+                  "layers.<i>.kv_c [tokens, 512], layers.<i>.k_pe [tokens, 64] and optional layers.<i>.q "
+                  "[rows, heads, 576] (BF16, F16 or F32); the first half of the tokens calibrates the static mode, "
+                  "the second half is evaluated")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--context", flags->options.attention.context, "Attention: context tokens per layer the top-k is selected from")
       ->capture_default_str();
   cmd->add_option("--topk", flags->options.attention.topk, "Attention and needle: tokens each query attends over")

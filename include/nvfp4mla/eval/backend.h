@@ -14,8 +14,8 @@ enum class Device : uint8_t { cpu = 0, cuda = 1, automatic = 2 };
 Device parse_device(const std::string& s);  // "cpu", "cuda" or "auto"; throws Error otherwise
 const char* to_string(Device d);
 
-// True when sparse attention can run on CUDA in this build and process; otherwise `reason`
-// says why (no CUDA in the build, no kernel yet, no device).
+// True when sparse attention can run on CUDA in this build and process (`reason` then names the
+// device); otherwise `reason` says why (no CUDA in the build, no device visible).
 bool cuda_attention_available(std::string* reason = nullptr);
 
 struct ResolvedDevice {
@@ -33,9 +33,11 @@ struct AttentionOutputs {
   float* scores = nullptr;  // [rows, heads, topk]  sm_scale * q.K per index position; -inf where masked
 };
 
-// Sparse MLA attention over a cache of records on `device` (cpu or cuda, as resolved). On the
-// CPU, out and lse come from sparse_mla_reference and the scores from the same dequantized
-// records with fp64 dot products.
+// Sparse MLA attention over a cache of records on `device` (cpu or cuda, as resolved); `args`
+// point to host memory either way. On the CPU, out and lse come from sparse_mla_reference and
+// the scores from sparse_mla_scores_reference (exact dequantized records, fp64 dot products).
+// On CUDA, out and lse come from the split-KV sparse decode (BF16 output, widened to fp32) and
+// the scores from cuda::sparse_scores; both use BF16 K rows (see ReferenceOptions).
 void sparse_attention(Device device, const RecordSpec& spec, const SparseMlaArgs& args, const AttentionOutputs& outputs);
 
 }  // namespace nvfp4mla::eval

@@ -65,6 +65,11 @@ struct NeedleOptions {
 
 struct EvalOptions {
   uint64_t seed = kDefaultSeed;
+  // A user's activation dump as the workload instead of the synthetic model (eval/dump.h);
+  // empty: the synthetic model. With a dump, the latent and attention stages run (the sweep and
+  // the needle grid build their tokens with the synthetic generator); --tokens-per-layer and
+  // --context cap the dump's evaluation half, and queries from the dump set rows and heads.
+  std::filesystem::path dump;
   WorkloadShape shape;
   int64_t tokens_per_layer = 2048;    // evaluation sample per layer (latent metrics)
   int64_t calibration_tokens = 2048;  // separate calibration sample per layer (static mode)

@@ -45,6 +45,11 @@ struct GroupScaleCounts {
 // and `outer_scale` the outer scale the writer divided by (1 in implicit mode).
 void count_group_scales(const uint8_t* record, const float* kv_c, float outer_scale, GroupScaleCounts& counts);
 
+// ln(sum_j exp(s_j)) over n scores in fp64 (-inf entries contribute nothing; -inf when all are).
+// The evaluation normalizes every attention distribution with it, so the probabilities of an
+// implementation are consistent with its own scores whatever computed its lse.
+double log_sum_exp(const float* scores, int64_t n);
+
 // KL(P_ref || P) in nats for attention distributions given as scores and log-sum-exp
 // (p_j = exp(s_j - lse)), over n entries.
 double attention_kl_divergence(const float* ref_scores, float ref_lse, const float* scores, float lse, int64_t n);

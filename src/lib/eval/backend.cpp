@@ -1,13 +1,21 @@
 #include "nvfp4mla/eval/backend.h"
 
 #include <algorithm>
-#include <limits>
+#include <utility>
 #include <vector>
 
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/device.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/record.h"
+
+#if defined(NVFP4MLA_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "nvfp4mla/cuda/sparse_decode.h"
+#include "nvfp4mla/cuda/sparse_scores.h"
+#include "nvfp4mla/decode_plan.h"
+#endif
 
 namespace nvfp4mla::eval {
 
@@ -28,17 +36,14 @@ const char* to_string(Device d) {
 }
 
 bool cuda_attention_available(std::string* reason) {
-  // The evaluation needs out, lse and the per-token scores from one implementation; the CUDA
-  // sparse decode (cuda/sparse_decode.h) is not wired in here yet, so CUDA is reported as
-  // unavailable rather than emulated.
-  std::string why;
-  if (!built_with_cuda())
-    why = "this build has no CUDA (configured without nvcc or with -DNVFP4MLA_CUDA=OFF)";
-  else
-    why = "the evaluation's CUDA attention path is not wired to the CUDA sparse decode yet (device: " +
-          cuda_device_description(0) + ")";
-  if (reason) *reason = why;
-  return false;
+  // Decided once per process: the build and the visible devices do not change.
+  static const std::pair<bool, std::string> answer = []() -> std::pair<bool, std::string> {
+    if (!built_with_cuda()) return {false, "this build has no CUDA (configured without nvcc or with -DNVFP4MLA_CUDA=OFF)"};
+    if (cuda_device_count() == 0) return {false, "this build has CUDA but no CUDA device is visible"};
+    return {true, cuda_device_description(0)};
+  }();
+  if (reason) *reason = answer.second;
+  return answer.first;
 }
 
 ResolvedDevice resolve_device(Device requested) {
@@ -47,9 +52,9 @@ ResolvedDevice resolve_device(Device requested) {
     case Device::cpu: return {Device::cpu, "cpu (requested)"};
     case Device::cuda:
       if (!cuda_attention_available(&why)) throw Error("--device cuda is not available: " + why + "; use --device cpu or auto");
-      return {Device::cuda, "cuda (requested)"};
+      return {Device::cuda, "cuda (requested: " + why + ")"};
     case Device::automatic:
-      if (cuda_attention_available(&why)) return {Device::cuda, "cuda (auto)"};
+      if (cuda_attention_available(&why)) return {Device::cuda, "cuda (auto: " + why + ")"};
       return {Device::cpu, "cpu (auto: " + why + ")"};
   }
   throw Error("invalid device");
@@ -57,56 +62,90 @@ ResolvedDevice resolve_device(Device requested) {
 
 namespace {
 
-// Scores of every index position. Each referenced record is decoded once per call (rows often
-// share records), then fp64 dot products.
-void scores_cpu(const RecordSpec& spec, const SparseMlaArgs& a, float* scores) {
-  const int rb = spec.record_bytes();
-  std::vector<int32_t> row_of_slot(static_cast<size_t>(a.capacity), -1);
-  std::vector<float> k;
-  int32_t decoded = 0;
-  for (int r = 0; r < a.rows; ++r)
-    for (int p = 0; p < a.topk; ++p) {
-      if (!sparse_entry_valid(a, r, p)) continue;
-      const int64_t slot = a.indices[static_cast<int64_t>(r) * a.topk + p];
-      if (row_of_slot[static_cast<size_t>(slot)] >= 0) continue;
-      row_of_slot[static_cast<size_t>(slot)] = decoded++;
-      k.resize(static_cast<size_t>(decoded) * kQkDim);
-      float* kp = &k[static_cast<size_t>(decoded - 1) * kQkDim];
-      record::decode(spec, a.cache + slot * rb, a.layer_scale, kp, kp + kLatentDim);
-    }
-  double q[kQkDim];
-  for (int r = 0; r < a.rows; ++r) {
-    for (int h = 0; h < a.heads; ++h) {
-      const uint16_t* qb = a.q + (static_cast<int64_t>(r) * a.heads + h) * kQkDim;
-      for (int d = 0; d < kQkDim; ++d) q[d] = codec::bf16_decode(qb[d]);
-      float* s = scores + (static_cast<int64_t>(r) * a.heads + h) * a.topk;
-      for (int p = 0; p < a.topk; ++p) {
-        if (!sparse_entry_valid(a, r, p)) {
-          s[p] = -std::numeric_limits<float>::infinity();
-          continue;
-        }
-        const int64_t slot = a.indices[static_cast<int64_t>(r) * a.topk + p];
-        const float* kp = &k[static_cast<size_t>(row_of_slot[static_cast<size_t>(slot)]) * kQkDim];
-        // Four partial sums: fp64 keeps the result independent of the order to ~1e-15.
-        double part[4] = {0.0, 0.0, 0.0, 0.0};
-        for (int d = 0; d < kQkDim; d += 4)
-          for (int j = 0; j < 4; ++j) part[j] += q[d + j] * kp[d + j];
-        const double dot = (part[0] + part[1]) + (part[2] + part[3]);
-        s[p] = static_cast<float>(static_cast<double>(a.sm_scale) * dot);
-      }
-    }
-  }
+#if defined(NVFP4MLA_WITH_CUDA)
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("sparse attention on CUDA: ") + what + ": " + cudaGetErrorString(e));
 }
+
+// One device allocation, optionally filled from the host on `stream`.
+class DeviceBytes {
+ public:
+  explicit DeviceBytes(size_t n) : n_(n) {
+    if (n) cuda_ok(cudaMalloc(&p_, n), "cudaMalloc");
+  }
+  DeviceBytes(const void* host, size_t n, cudaStream_t stream) : DeviceBytes(host ? n : 0) {
+    if (n_) cuda_ok(cudaMemcpyAsync(p_, host, n_, cudaMemcpyHostToDevice, stream), "copy to the GPU");
+  }
+  ~DeviceBytes() {
+    if (p_) cudaFree(p_);
+  }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  template <class T> T* as() const { return static_cast<T*>(p_); }
+  void download(void* host, cudaStream_t stream) const {
+    if (n_) cuda_ok(cudaMemcpyAsync(host, p_, n_, cudaMemcpyDeviceToHost, stream), "copy from the GPU");
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// out and lse from the split-KV sparse decode, scores from the scores kernel; both read the
+// same device copy of the records. Each host thread uses its own stream.
+void attention_cuda(const RecordSpec& spec, const SparseMlaArgs& host, const AttentionOutputs& o) {
+  if (host.rows == 0) return;
+  const cudaStream_t stream = cudaStreamPerThread;
+  const size_t pairs = static_cast<size_t>(host.rows) * host.heads;
+  const DeviceBytes q(host.q, pairs * kQkDim * sizeof(uint16_t), stream);
+  const DeviceBytes cache(host.cache, static_cast<size_t>(host.capacity) * spec.record_bytes(), stream);
+  const DeviceBytes indices(host.indices, static_cast<size_t>(host.rows) * host.topk * sizeof(int32_t), stream);
+  const DeviceBytes lengths(host.topk_length, static_cast<size_t>(host.rows) * sizeof(int32_t), stream);
+  SparseMlaArgs a = host;
+  a.q = q.as<uint16_t>();
+  a.cache = cache.as<uint8_t>();
+  a.indices = indices.as<int32_t>();
+  a.topk_length = host.topk_length ? lengths.as<int32_t>() : nullptr;
+  a.lse_base = LseBase::natural;
+
+  const bool attend = o.out || o.lse;
+  const DeviceBytes out(attend ? pairs * kLatentDim * sizeof(uint16_t) : 0), lse(attend ? pairs * sizeof(float) : 0);
+  const DeviceBytes scores(o.scores ? pairs * static_cast<size_t>(a.topk) * sizeof(float) : 0);
+  std::vector<uint16_t> out_bf16(o.out ? pairs * kLatentDim : 0);
+  std::vector<float> lse_host(attend ? pairs : 0);
+  if (attend) {
+    const DecodePlan plan = plan_sparse_decode(spec, a.rows, a.heads, a.topk, cuda::current_sm_count());
+    const DecodeWorkspaceLayout layout = decode_workspace_layout(plan, a.rows, a.heads);
+    const DeviceBytes workspace(layout.total_bytes);
+    cuda::sparse_decode(spec, a, plan, workspace.as<void>(), layout.total_bytes, out.as<uint16_t>(), lse.as<float>(), stream);
+    lse.download(lse_host.data(), stream);
+    if (o.out) out.download(out_bf16.data(), stream);
+    cuda_ok(cudaStreamSynchronize(stream), "sparse decode");  // before the workspace is freed
+  }
+  if (o.scores) {
+    cuda::sparse_scores(spec, a, scores.as<float>(), stream);
+    scores.download(o.scores, stream);
+  }
+  cuda_ok(cudaStreamSynchronize(stream), "sparse scores");
+  for (size_t i = 0; i < out_bf16.size(); ++i) o.out[i] = codec::bf16_decode(out_bf16[i]);
+  if (o.lse) std::copy(lse_host.begin(), lse_host.end(), o.lse);
+}
+#endif
 
 }  // namespace
 
-void sparse_attention(Device device, const RecordSpec& spec, const SparseMlaArgs& args, const AttentionOutputs& o) {
+void sparse_attention(Device device, const RecordSpec& spec, const SparseMlaArgs& args, const AttentionOutputs& outputs) {
   if (device == Device::automatic) device = resolve_device(device).device;
+  validate_sparse_mla_args(spec, args);
   if (device == Device::cuda) {
     std::string why;
     if (!cuda_attention_available(&why)) throw Error("sparse attention on CUDA is not available: " + why);
+#if defined(NVFP4MLA_WITH_CUDA)
+    attention_cuda(spec, args, outputs);
+#endif
+    return;
   }
-  validate_sparse_mla_args(spec, args);
+  const AttentionOutputs& o = outputs;
   if (o.out || o.lse) {
     std::vector<float> out_tmp, lse_tmp;
     float* out = o.out;
@@ -123,7 +162,7 @@ void sparse_attention(Device device, const RecordSpec& spec, const SparseMlaArgs
     natural.lse_base = LseBase::natural;
     sparse_mla_reference(spec, natural, out, lse);
   }
-  if (o.scores) scores_cpu(spec, args, o.scores);
+  if (o.scores) sparse_mla_scores_reference(spec, args, o.scores);
 }
 
 }  // namespace nvfp4mla::eval

@@ -11,6 +11,7 @@
 #include "nvfp4mla/calibration.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/eval/dump.h"
 #include "nvfp4mla/record.h"
 #include "parallel.h"
 #include "stages.h"
@@ -37,6 +38,10 @@ void validate(const EvalOptions& o) {
     require(a.rows >= 1 && a.heads >= 1, "--query-rows and --heads must be at least 1");
     require(a.relevant_per_row >= 1 && a.relevant_per_head >= 1, "relevant tokens per row and per head must be at least 1");
   }
+  if (!o.dump.empty())
+    require(!o.sweep.enabled && !o.needle.enabled,
+            "--dump evaluates the latent and attention sections; the magnitude sweep and the needle grid build their "
+            "tokens with the synthetic generator (run them without --dump): use --sections latent,attention");
   const NeedleOptions& n = o.needle;
   if (n.enabled) {
     require(!n.lengths.empty() && !n.depths.empty(), "--needle-lengths and --needle-depths must not be empty");
@@ -102,24 +107,72 @@ std::vector<EvalMode> selected_modes(const std::vector<std::string>& wanted) {
   return out;
 }
 
+// The options a dump is evaluated with: the calibration half's size, the evaluation half
+// capped by --tokens-per-layer and --context, rows and heads from the dump's queries.
+EvalOptions options_for_dump(const EvalOptions& o, const DumpWorkload& d) {
+  EvalOptions out = o;
+  const DumpLayer& first = d.layers.front();
+  out.calibration_tokens = first.calibration.count;
+  out.tokens_per_layer = std::min(o.tokens_per_layer, first.evaluation.count);
+  out.attention.context = std::min(o.attention.context, first.evaluation.count);
+  if (d.has_queries) {
+    out.attention.rows = std::min(o.attention.rows, first.q_rows);
+    out.attention.heads = first.q_heads;
+  }
+  return out;
+}
+
+TokenBlock first_tokens(const TokenBlock& b, int64_t count) {
+  TokenBlock out;
+  out.count = std::min(count, b.count);
+  out.kv_c.assign(b.kv_c.begin(), b.kv_c.begin() + out.count * kLatentDim);
+  out.k_pe.assign(b.k_pe.begin(), b.k_pe.begin() + out.count * kRopeDim);
+  return out;
+}
+
+// A layer's queries: the dump's own (its last `rows` query rows: with one query per token, the
+// queries of the evaluated tokens' end), or synthesized, correlated with the context.
+detail::LayerQueries layer_queries(const SyntheticWorkload& w, const DumpWorkload* dump, int layer, const TokenBlock& ctx,
+                                   const AttentionOptions& o) {
+  if (!dump) return detail::synthesize_queries(detail::synthetic_query_model(w, layer), layer, ctx, o);
+  const DumpLayer& d = dump->layers[static_cast<size_t>(layer)];
+  if (dump->has_queries) {
+    const size_t per_row = static_cast<size_t>(d.q_heads) * kQkDim;
+    std::vector<uint16_t> q(d.q.end() - static_cast<std::ptrdiff_t>(o.rows * per_row), d.q.end());
+    return detail::queries_from_bf16(std::move(q), o.rows, d.q_heads);
+  }
+  detail::QueryModel model;
+  model.seed = w.seed();
+  model.channel_scale = &d.channel_rms;
+  model.rope_scale = d.rope_rms;
+  // The dump's keys carry their own positions: the query's RoPE part is a random direction.
+  model.rope = [](const double* in, int64_t, double* out) { std::copy(in, in + kRopeDim, out); };
+  return detail::synthesize_queries(model, layer, ctx, o);
+}
+
 }  // namespace
 
-EvalReport run_evaluation(const EvalOptions& options, const ProgressFn& progress) {
-  validate(options);
-  const std::vector<EvalMode> modes = selected_modes(options.modes);
+EvalReport run_evaluation(const EvalOptions& requested, const ProgressFn& progress) {
+  validate(requested);
+  const std::vector<EvalMode> modes = selected_modes(requested.modes);
   const auto start = std::chrono::steady_clock::now();
+  const ResolvedDevice device = resolve_device(requested.device);
+  // With a dump, its tokens replace the synthetic model's evaluation and calibration samples.
+  std::unique_ptr<DumpWorkload> dump;
+  if (!requested.dump.empty()) dump = std::make_unique<DumpWorkload>(read_dump(requested.dump));
+  const EvalOptions options = dump ? options_for_dump(requested, *dump) : requested;
   const SyntheticWorkload workload(options.seed, options.shape);
-  const int layers = workload.num_layers();
+  const int layers = dump ? dump->num_layers() : workload.num_layers();
   const int threads = detail::resolve_threads(options.threads);
   const bool attention = options.attention.enabled;
-  const ResolvedDevice device = resolve_device(options.device);
 
   EvalReport report;
   report.options = options;
   report.num_layers = layers;
   report.device = device.note;
-  report.workload = "synthetic GLM-5.2-like model (embedded, seed " + std::to_string(options.seed) + ")";
-  for (int l = 0; l < layers; ++l) report.nominal_max_abs.push_back(workload.nominal_max_abs(l));
+  report.workload = dump ? dump->describe() : "synthetic GLM-5.2-like model (embedded, seed " + std::to_string(options.seed) + ")";
+  for (int l = 0; l < layers; ++l)
+    report.nominal_max_abs.push_back(dump ? dump->layers[static_cast<size_t>(l)].max_abs : workload.nominal_max_abs(l));
 
   // Static mode is calibrated on a separate sample of the same workload (out of sample); the
   // sample is drawn only when a static mode is evaluated.
@@ -132,7 +185,8 @@ EvalReport run_evaluation(const EvalOptions& options, const ProgressFn& progress
     detail::StageProgress stage(progress, "calibration sample", layers);
     detail::parallel_for(layers, threads, [&](int64_t l) {
       calibration_max[static_cast<size_t>(l)] =
-          workload.tokens(static_cast<int>(l), Sample::calibration, 0, 0, options.calibration_tokens).max_abs_kv_c();
+          dump ? dump->layers[static_cast<size_t>(l)].calibration.max_abs_kv_c()
+               : workload.tokens(static_cast<int>(l), Sample::calibration, 0, 0, options.calibration_tokens).max_abs_kv_c();
       stage.advance();
     });
   }
@@ -175,7 +229,7 @@ EvalReport run_evaluation(const EvalOptions& options, const ProgressFn& progress
     detail::StageProgress stage(progress, attention ? "layers (latent+attention)" : "layers (latent)", layers);
     detail::parallel_for(layers, threads, [&](int64_t li) {
       const int l = static_cast<int>(li);
-      TokenBlock tokens = workload.tokens(l, Sample::evaluation, 0, 0, sample);
+      TokenBlock tokens = dump ? first_tokens(dump->layers[static_cast<size_t>(li)].evaluation, sample) : workload.tokens(l, Sample::evaluation, 0, 0, sample);
       const int64_t latent_count = std::min(sample, options.tokens_per_layer);
       double sum2 = 0.0;
       float amax = 0.0f;
@@ -197,8 +251,9 @@ EvalReport run_evaluation(const EvalOptions& options, const ProgressFn& progress
       }
       if (attention) {
         tokens.count = std::min(sample, options.attention.context);  // the context: the first `context` tokens
-        const detail::LayerAttention a =
-            detail::evaluate_layer_attention(workload, l, tokens, options.attention, configs, device.device);
+        const detail::LayerAttention a = detail::evaluate_layer_attention(
+            l, tokens, layer_queries(workload, dump.get(), l, tokens, options.attention), options.attention.topk, configs,
+            device.device);
         for (size_t m = 0; m < configs.size(); ++m) {
           report.modes[m].attention_relative_error[li] = a.relative_error[m];
           report.modes[m].attention_kld[li] = a.kld[m];

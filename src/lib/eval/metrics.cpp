@@ -1,5 +1,6 @@
 #include "nvfp4mla/eval/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -58,6 +59,15 @@ void count_group_scales(const uint8_t* record, const float* kv_c, float outer_sc
       if (amax > codec::kE2M1Max * codec::kE4M3Max) ++counts.saturated;
     }
   }
+}
+
+double log_sum_exp(const float* scores, int64_t n) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(scores[j]));
+  if (std::isinf(m)) return m;
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) sum += std::exp(scores[j] - m);
+  return m + std::log(sum);
 }
 
 double attention_kl_divergence(const float* ref_scores, float ref_lse, const float* scores, float lse, int64_t n) {

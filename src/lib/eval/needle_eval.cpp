@@ -184,17 +184,13 @@ std::vector<NeedleGrid> run_needle_layer(const SyntheticWorkload& w, int layer, 
       for (size_t r = 0; r < rows.size(); ++r) {
         const float* s = &scores[r * static_cast<size_t>(k)];
         const int ni = rows[r]->needle_index;
-        double best_other = -std::numeric_limits<double>::infinity(), mx = -std::numeric_limits<double>::infinity();
-        for (int j = 0; j < k; ++j) {
-          mx = std::max(mx, static_cast<double>(s[j]));
+        double best_other = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < k; ++j)
           if (j != ni) best_other = std::max(best_other, static_cast<double>(s[j]));
-        }
-        double sum = 0.0;
-        for (int j = 0; j < k; ++j) sum += std::exp(s[j] - mx);
         NeedleCell& cell = grids[m].cells[li * depths + rows[r]->depth];
         cell.margin = s[ni] - best_other;
         cell.kept = cell.margin > 0.0;
-        cell.mass = std::exp(s[ni] - mx) / sum;
+        cell.mass = std::exp(s[ni] - log_sum_exp(s, k));
         if (m == 0) reference_mass[r] = cell.mass;
         cell.mass_ratio = reference_mass[r] > 0.0 ? cell.mass / reference_mass[r] : 0.0;
       }

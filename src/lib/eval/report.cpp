@@ -174,6 +174,7 @@ std::string report_to_json(const EvalReport& r) {
   doc["seconds"] = r.seconds;
   ojson wl;
   wl["description"] = r.workload;
+  wl["dump"] = r.options.dump.empty() ? ojson(nullptr) : ojson(r.options.dump.string());
   wl["seed"] = r.options.seed;
   wl["shape"] = shape_json(r.options.shape);
   wl["tokens_per_layer"] = r.options.tokens_per_layer;

@@ -57,14 +57,35 @@ void exact_logits(const TokenBlock& tokens, const double* q, std::vector<float>&
 // Positions of the k largest values (ties: lower position first), in ascending position order.
 std::vector<int64_t> top_k_positions(const std::vector<float>& values, int64_t k);
 
+// Queries of one layer: [rows, heads, 576] BF16, plus the indexer's proxy query per row (the
+// sum of the row's head queries, fp32).
+struct LayerQueries {
+  int rows = 0, heads = 0;
+  std::vector<uint16_t> q;
+  std::vector<double> indexer;  // [rows, 576]
+};
+// Queries correlated with a few tokens of the context (peaked attention), synthesized from the
+// layer's stream `seed`: channel_scale shapes the matched directions, rope_scale (RMS of the RoPE
+// key values) sets the spread of the RoPE logits and rope(in, position, out) places the RoPE part.
+struct QueryModel {
+  uint64_t seed = 0;
+  const std::vector<float>* channel_scale = nullptr;
+  double rope_scale = 1.0;
+  std::function<void(const double*, int64_t, double*)> rope;
+};
+LayerQueries synthesize_queries(const QueryModel& model, int layer, const TokenBlock& context, const AttentionOptions& options);
+// The synthetic workload's model of a layer's queries.
+QueryModel synthetic_query_model(const SyntheticWorkload& workload, int layer);
+// Given BF16 queries [rows, heads, 576], the indexer's proxy queries.
+LayerQueries queries_from_bf16(std::vector<uint16_t> q, int rows, int heads);
+
 // Per-layer attention metrics of every mode against the first (bf16 reference) mode.
 struct LayerAttention {
   std::vector<double> relative_error;  // per mode: mean over rows x heads of ||o - o_ref|| / ||o_ref||
   std::vector<double> kld;             // per mode: mean over rows x heads of KL(P_ref || P)
 };
-LayerAttention evaluate_layer_attention(const SyntheticWorkload& workload, int layer, const TokenBlock& context,
-                                        const AttentionOptions& options, const std::vector<FormatConfig>& configs,
-                                        Device device);
+LayerAttention evaluate_layer_attention(int layer, const TokenBlock& context, const LayerQueries& queries, int topk,
+                                        const std::vector<FormatConfig>& configs, Device device);
 
 // The magnitude sweep (all modes), written into report.sweep_* and each mode's sweep fields.
 void run_magnitude_sweep(const SyntheticWorkload& workload, const SweepOptions& options, EvalReport& report,

@@ -26,22 +26,23 @@ void validate_sparse_mla_args(const RecordSpec& spec, const SparseMlaArgs& a) {
 
 namespace {
 
+// K row (576 values) of one slot: the dequantized record, rounded to BF16 on request.
+void decode_k_row(const RecordSpec& spec, const SparseMlaArgs& a, int64_t slot, const ReferenceOptions& opt, float* k) {
+  record::decode(spec, a.cache + slot * spec.record_bytes(), a.layer_scale, k, k + kLatentDim);
+  if (opt.bf16_operands)
+    for (int d = 0; d < kQkDim; ++d) k[d] = codec::bf16_decode(codec::bf16_encode_rn(k[d]));
+}
+
 void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, const ReferenceOptions& opt, int row, float* out,
                 float* lse, std::vector<float>& k_buf, std::vector<double>& scores, std::vector<double>& acc) {
-  const int rb = spec.record_bytes();
   // Dequantize the row's valid entries once; all heads share them.
   std::vector<int> valid;
   for (int p = 0; p < a.topk; ++p)
     if (sparse_entry_valid(a, row, p)) valid.push_back(p);
   const size_t n = valid.size();
   k_buf.resize(n * kQkDim);
-  for (size_t j = 0; j < n; ++j) {
-    const int64_t slot = a.indices[static_cast<int64_t>(row) * a.topk + valid[j]];
-    float* k = &k_buf[j * kQkDim];
-    record::decode(spec, a.cache + slot * rb, a.layer_scale, k, k + kLatentDim);
-    if (opt.bf16_operands)
-      for (int d = 0; d < kQkDim; ++d) k[d] = codec::bf16_decode(codec::bf16_encode_rn(k[d]));
-  }
+  for (size_t j = 0; j < n; ++j)
+    decode_k_row(spec, a, a.indices[static_cast<int64_t>(row) * a.topk + valid[j]], opt, &k_buf[j * kQkDim]);
   scores.resize(n);
   acc.resize(kLatentDim);
   for (int h = 0; h < a.heads; ++h) {
@@ -95,6 +96,46 @@ void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& a, float*
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
   for (auto& th : pool) th.join();
+}
+
+// Each referenced record is decoded once per call (rows often share records), then fp64 dot
+// products in four partial sums (the result does not depend on the order to ~1e-15).
+void sparse_mla_scores_reference(const RecordSpec& spec, const SparseMlaArgs& a, float* scores,
+                                 const ReferenceOptions& opt) {
+  validate_sparse_mla_args(spec, a);
+  std::vector<int32_t> k_row_of_slot(static_cast<size_t>(a.capacity), -1);
+  std::vector<float> k;
+  int32_t decoded = 0;
+  for (int r = 0; r < a.rows; ++r)
+    for (int p = 0; p < a.topk; ++p) {
+      if (!sparse_entry_valid(a, r, p)) continue;
+      const int64_t slot = a.indices[static_cast<int64_t>(r) * a.topk + p];
+      if (k_row_of_slot[static_cast<size_t>(slot)] >= 0) continue;
+      k_row_of_slot[static_cast<size_t>(slot)] = decoded++;
+      k.resize(static_cast<size_t>(decoded) * kQkDim);
+      decode_k_row(spec, a, slot, opt, &k[static_cast<size_t>(decoded - 1) * kQkDim]);
+    }
+  double q[kQkDim];
+  for (int r = 0; r < a.rows; ++r) {
+    for (int h = 0; h < a.heads; ++h) {
+      const uint16_t* qb = a.q + (static_cast<int64_t>(r) * a.heads + h) * kQkDim;
+      for (int d = 0; d < kQkDim; ++d) q[d] = codec::bf16_decode(qb[d]);
+      float* s = scores + (static_cast<int64_t>(r) * a.heads + h) * a.topk;
+      for (int p = 0; p < a.topk; ++p) {
+        if (!sparse_entry_valid(a, r, p)) {
+          s[p] = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        const int64_t slot = a.indices[static_cast<int64_t>(r) * a.topk + p];
+        const float* kp = &k[static_cast<size_t>(k_row_of_slot[static_cast<size_t>(slot)]) * kQkDim];
+        double part[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int d = 0; d < kQkDim; d += 4)
+          for (int j = 0; j < 4; ++j) part[j] += q[d + j] * kp[d + j];
+        const double dot = (part[0] + part[1]) + (part[2] + part[3]);
+        s[p] = static_cast<float>(static_cast<double>(a.sm_scale) * dot);
+      }
+    }
+  }
 }
 
 }  // namespace nvfp4mla
