@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) sparse_scores_kernel(const SparseMla
     const int e = w / kUnitsPerRow, u = w % kUnitsPerRow;
     __nv_bfloat16* dst = k_rows + e * kRowStride + 16 * u;
     if (slot[e] >= 0) dequant_unit<F>(p.cache + slot[e] * F::kRecordBytes, u, p.layer_scale, dst);
-    else store_16_zero(dst);
+    else store_16_zero(contiguous(dst));
   }
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
