@@ -161,7 +161,7 @@ TEST(GpuSparseDecode, SanitizerSized) {
   NVFP4MLA_REQUIRE_GPU();
   ProblemOptions opt;
   opt.lengths = true;
-  for (int heads : {16, 64}) {
+  for (int heads : {16, 64, 128}) {  // 128: the cluster-pair kernel on sm_90
     SCOPED_TRACE(heads);
     const auto p = make_problem(kAllSpecs[6], 3, heads, 200, 123, opt);
     EXPECT_EQ(compare(p, run_gpu(p, 2)), 0);

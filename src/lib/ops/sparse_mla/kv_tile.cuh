@@ -43,15 +43,6 @@ __device__ __forceinline__ void store_16_words(Dst16 dst, uint4 w0, uint4 w1) {
   *reinterpret_cast<uint4*>(dst.hi) = w1;
 }
 
-__device__ __forceinline__ void store_16_bf16(Dst16 dst, const float (&v)[16]) {
-  uint4 w0, w1;
-  w0.x = ptx::pack_bf16x2(v[0], v[1]);   w0.y = ptx::pack_bf16x2(v[2], v[3]);
-  w0.z = ptx::pack_bf16x2(v[4], v[5]);   w0.w = ptx::pack_bf16x2(v[6], v[7]);
-  w1.x = ptx::pack_bf16x2(v[8], v[9]);   w1.y = ptx::pack_bf16x2(v[10], v[11]);
-  w1.z = ptx::pack_bf16x2(v[12], v[13]); w1.w = ptx::pack_bf16x2(v[14], v[15]);
-  store_16_words(dst, w0, w1);
-}
-
 __device__ __forceinline__ void store_16_zero(Dst16 dst) { store_16_words(dst, make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)); }
 
 // Aligned fp32 field of a record in shared memory (record widths and fp32 offsets are
@@ -123,9 +114,26 @@ __device__ __forceinline__ void e2m1x8_lookup(uint32_t nib, const E2m1Table& t, 
   }
 }
 
-// Dequantize unit `u` (0..35) of one record into dst (16 BF16 values of the K row).
+// Unit `u` (0..35) of one record dequantized to 16 BF16 K-row values, as two 16-byte words
+// (values 0..7, 8..15), so a caller can store them wherever its tile layout puts them.
+struct Words16 {
+  uint4 lo, hi;
+};
+__device__ __forceinline__ Words16 load_words16(const uint8_t* src) {
+  const uint4* w = reinterpret_cast<const uint4*>(src);
+  return {w[0], w[1]};
+}
+__device__ __forceinline__ Words16 pack_16_bf16(const float (&v)[16]) {
+  Words16 w;
+  w.lo = make_uint4(ptx::pack_bf16x2(v[0], v[1]), ptx::pack_bf16x2(v[2], v[3]), ptx::pack_bf16x2(v[4], v[5]),
+                    ptx::pack_bf16x2(v[6], v[7]));
+  w.hi = make_uint4(ptx::pack_bf16x2(v[8], v[9]), ptx::pack_bf16x2(v[10], v[11]), ptx::pack_bf16x2(v[12], v[13]),
+                    ptx::pack_bf16x2(v[14], v[15]));
+  return w;
+}
+
 template <class F>
-__device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float layer_scale, Dst16 dst) {
+__device__ __forceinline__ Words16 dequant_unit_words(const uint8_t* rec, int u, float layer_scale) {
   float v[16];
   if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla) {
     namespace L = layout::nvfp4;
@@ -140,29 +148,33 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
       uint32_t w0[4], w1[4];
       e2m1x8_lookup(nib.x, table, w0);
       e2m1x8_lookup(nib.y, table, w1);
-      store_16_words(dst, make_uint4(w0[0], w0[1], w0[2], w0[3]), make_uint4(w1[0], w1[1], w1[2], w1[3]));
+      return {make_uint4(w0[0], w0[1], w0[2], w0[3]), make_uint4(w1[0], w1[1], w1[2], w1[3])};
     } else if constexpr (F::spec.rope == RopeEncoding::fp8) {
       e4m3x16_scaled(rec + L::kRopeOffset + 16 * (u - kLatentUnits), load_f32_aligned(rec + L::kRopeScaleOffset), v);
-      store_16_bf16(dst, v);
+      return pack_16_bf16(v);
     } else {
-      const uint4* src = reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
-      store_16_words(dst, src[0], src[1]);
+      return load_words16(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
     }
   } else if constexpr (F::spec.dtype == CacheDtype::bf16) {
     // A bf16 record is a K row already: unit u is bytes [32u, 32u + 32).
-    const uint4* src = reinterpret_cast<const uint4*>(rec + 32 * u);
-    store_16_words(dst, src[0], src[1]);
-  } else if constexpr (F::spec.dtype == CacheDtype::fp8_ds_mla) {
+    return load_words16(rec + 32 * u);
+  } else {
+    static_assert(F::spec.dtype == CacheDtype::fp8_ds_mla);
     namespace L = layout::fp8;
     if (u < kLatentUnits) {
       const float p = load_f32_aligned(rec + L::kTileScaleOffset + 4 * (u * 16 / L::kTileDim));
       e4m3x16_scaled(rec + L::kLatentOffset + 16 * u, p, v);
-      store_16_bf16(dst, v);
-    } else {
-      const uint4* src = reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
-      store_16_words(dst, src[0], src[1]);
+      return pack_16_bf16(v);
     }
+    return load_words16(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
   }
+}
+
+// Dequantize unit `u` (0..35) of one record into dst (16 BF16 values of the K row).
+template <class F>
+__device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float layer_scale, Dst16 dst) {
+  const Words16 w = dequant_unit_words<F>(rec, u, layer_scale);
+  store_16_words(dst, w.lo, w.hi);
 }
 
 template <class F>

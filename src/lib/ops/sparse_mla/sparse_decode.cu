@@ -21,6 +21,7 @@
 #include "device/cuda_check.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/error.h"
+#include "ops/sparse_mla/cluster_sm90.cuh"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
 #include "ops/sparse_mla/wgmma_sm90.cuh"
@@ -136,8 +137,11 @@ struct SoftmaxState {
 // to the fp32 sums) and the output accumulators are rescaled only in the rare tiles where some
 // row of the warp moves its reference. Out, l and the LSE are the same quantities either way.
 constexpr float kLazyRescaleLog2 = 8.0f;
+// Step 1: the tile's row maxima move the references where needed and rescale the output
+// accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid).
 template <int NT, int NT_O>
-__device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4]) {
+__device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
+                                                float (&m_use)[2]) {
   float alpha[2];
   bool moved = false;
 #pragma unroll
@@ -150,21 +154,12 @@ __device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& 
     // -inf reference (nothing valid yet) moves to any finite maximum.
     const bool move = mx > st.m[r] + kLazyRescaleLog2;
     const float m_new = move ? mx : st.m[r];
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[r] = move ? ptx::exp2_approx(st.m[r] - m_use) : 1.0f;
+    m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[r] = move ? ptx::exp2_approx(st.m[r] - m_use[r]) : 1.0f;
     moved |= move;
     st.m[r] = m_new;
-    float sum = 0.0f, sum_rounded = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use);
-      s[j][2 * r] = round_bf16(e0);
-      s[j][2 * r + 1] = round_bf16(e1);
-      sum += e0 + e1;
-      sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
-    }
-    st.l[r] = st.l[r] * alpha[r] + sum;
-    st.l_out[r] = st.l_out[r] * alpha[r] + sum_rounded;
+    st.l[r] *= alpha[r];
+    st.l_out[r] *= alpha[r];
   }
   if (__any_sync(0xFFFFFFFFu, moved)) {
 #pragma unroll
@@ -175,6 +170,31 @@ __device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& 
       o[i][3] *= alpha[1];
     }
   }
+}
+// Step 2: weights 2^(s - m) rounded to BF16 (what the output product uses) replace the logits
+// in `s`; l sums the fp32 weights (for the LSE), l_out the rounded ones (for normalizing).
+template <int NT>
+__device__ __forceinline__ void softmax_weights(float (&s)[NT][4], SoftmaxState& st, const float (&m_use)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = 0.0f, sum_rounded = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use[r]), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use[r]);
+      s[j][2 * r] = round_bf16(e0);
+      s[j][2 * r + 1] = round_bf16(e1);
+      sum += e0 + e1;
+      sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    st.l[r] += sum;
+    st.l_out[r] += sum_rounded;
+  }
+}
+template <int NT, int NT_O>
+__device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4]) {
+  float m_use[2];
+  softmax_rescale(s, st, o, m_use);
+  softmax_weights(s, st, m_use);
 }
 
 // O += P V for a tile of NT * 8 entries: P (the weights in `s`) is the A operand straight from
@@ -402,11 +422,16 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 // [288 * half, +288) (the halves add their partial scores through shared memory) and owns output
 // dims [256 * half, +256); its warp w holds heads 16w..16w+15 of both. Q and the K buffers are
 // stored as 8x8 core matrices (wgmma_sm90.cuh), so one K buffer is the B operand of both products.
-// Full/empty handoffs use named barriers; setmaxnreg moves registers to the consumers.
-constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256;
+//
+// kPair: the two 64-head groups of a row (128 heads) run as a 2-CTA cluster on the same
+// entries; each CTA gathers and dequantizes half of every tile and writes it into both CTAs'
+// K buffers, so a tile is dequantized once per row instead of once per head group.
+// Full/empty handoffs are mbarriers (cluster scope for pairs); setmaxnreg moves registers to
+// the consumers.
+constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256, kWsProducers = kWsThreads - kWsConsumers;
 constexpr int kWsQkHalf = kQkDim / 2, kWsVHalf = kLatentDim / 2;  // each consumer half's dims
 constexpr int kWsScoreStride = kWsTile + 8;
-constexpr int kBarConsumer = 1, kBarProducer = 2, kBarFull0 = 3, kBarEmpty0 = 5;
+constexpr int kBarConsumer = 1, kBarProducer = 2;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
 static_assert(kWsQkHalf % 16 == 0 && kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: k16 steps, n256 for PV, n32 for QK");
 
@@ -415,23 +440,25 @@ static_assert(kWsQkHalf % 16 == 0 && kWsVHalf == 256 && kWsTile == 32, "wgmma sh
 template <int kRows>
 __device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kRows + r) * 8 + (d & 7); }
 
-template <class F>
+template <class F, bool kPair>
 struct WsSmem {
+  static constexpr int tokens_per_cta = kPair ? kWsTile / 2 : kWsTile;  // records this CTA gathers per tile
   static constexpr size_t q_bytes = size_t(kWsHeads) * kQkDim * 2;
   static constexpr size_t k_buf_bytes = size_t(kWsTile) * kQkDim * 2;
   static constexpr size_t sp_bytes = size_t(2) * 2 * kWsHeads * kWsScoreStride * 4;  // [buffer][half]
   static constexpr size_t valid_bytes = size_t(2) * kWsTile * 4;
-  static constexpr size_t raw_stage_bytes = size_t(kWsTile) * F::kRecordBytes;
-  static constexpr size_t fixed = q_bytes + 2 * k_buf_bytes + sp_bytes + valid_bytes;
+  static constexpr size_t bar_bytes = 4 * 8;  // full[2], empty[2]
+  static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
+  static constexpr size_t fixed = q_bytes + 2 * k_buf_bytes + sp_bytes + valid_bytes + bar_bytes;
   static constexpr size_t bytes_for(int stages) { return fixed + stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4; }
   static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
                                 : bytes_for(3) <= kDecodeSmemPerBlock ? 3
                                 : bytes_for(2) <= kDecodeSmemPerBlock ? 2
                                                                       : 1;
   static constexpr size_t k_off = q_bytes, sp_off = k_off + 2 * k_buf_bytes, valid_off = sp_off + sp_bytes,
-                          raw_off = valid_off + valid_bytes, slot_off = raw_off + stages * raw_stage_bytes,
-                          total = bytes_for(stages);
-  static_assert(total <= kDecodeSmemPerBlock);
+                          bar_off = valid_off + valid_bytes, raw_off = bar_off + bar_bytes,
+                          slot_off = raw_off + stages * raw_stage_bytes, total = bytes_for(stages);
+  static_assert(total <= kDecodeSmemPerBlock && bar_off % 8 == 0);
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -440,11 +467,12 @@ struct WsSmem {
 #define NVFP4MLA_SETMAXNREG(dir, n)
 #endif
 
-template <class F>
+template <class F, bool kPair>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Smem = WsSmem<F>;
-  constexpr int kStages = Smem::stages, kSlotRing = kStages + 1;
+  using Smem = WsSmem<F, kPair>;
+  constexpr int kStages = Smem::stages, kSlotRing = kStages + 1, kTokens = Smem::tokens_per_cta;
+  constexpr int kCtas = kPair ? 2 : 1;
   extern __shared__ __align__(128) uint8_t smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
@@ -452,10 +480,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   int32_t* sValid = reinterpret_cast<int32_t*>(smem + Smem::valid_off);
   uint8_t* sRaw = smem + Smem::raw_off;
   int32_t* sSlot = reinterpret_cast<int32_t*>(smem + Smem::slot_off);
+  const uint32_t bar0 = ptx::smem_addr(smem + Smem::bar_off);
+  auto full_bar = [&](int b) { return bar0 + 8 * b; };
+  auto empty_bar = [&](int b) { return bar0 + 16 + 8 * b; };
 
   const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
   const int heads_here = min(kWsHeads, p.heads - head0);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint32_t peer = kPair ? cluster::rank() ^ 1u : 0u;
   const int len = row_length(p, row);
   const int tile_begin = split * p.tiles_per_split;
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
@@ -476,7 +508,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (publishes_slots)
     for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t)
       slot_of(t)[ptid] = entry_slot(p, row, len, t * kWsTile + ptid);
-  __syncthreads();
+  if (tid == 0) {
+    // Every producer (consumer) thread of both CTAs of a pair arrives once per phase.
+    for (int b = 0; b < 2; ++b) {
+      cluster::mbarrier_init(full_bar(b), kWsProducers * kCtas);
+      cluster::mbarrier_init(empty_bar(b), kWsConsumers * kCtas);
+    }
+    cluster::fence_mbarrier_init();
+  }
+  if constexpr (kPair) cluster::sync();  // the peer's barriers exist before anything arrives on them
+  else __syncthreads();
 
   // The role must be visibly warp-uniform for ptxas to compile each branch under its
   // setmaxnreg budget (the consumers' 128 accumulators do not fit the 128-register entry cap).
@@ -484,38 +525,45 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
     NVFP4MLA_SETMAXNREG(dec, 56);  // 256 x 200 + 256 x 56 = 65536
-    constexpr int kProducers = kWsThreads - kWsConsumers;
     const bool copies = !(p.debug_skip & 8), dequant = !(p.debug_skip & 1);
+    const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     SlotPrefetch ahead(p, row, len, tile_begin + kStages, publishes_slots ? tile_end : 0, kWsTile, ptid);
     for (int t = tile_begin; t < tile_begin + kStages; ++t) {
-      if (t < tile_end && copies) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(t), raw_of(t), ptid);
+      if (t < tile_end && copies) issue_copies<F, kWsProducers, kTokens, false>(p, slot_of(t) + tok0, raw_of(t), ptid);
       else ptx::cp_async_commit();
     }
     for (int tile = tile_begin; tile < tile_end; ++tile) {
-      const int i = tile - tile_begin;
-      if (i >= 2) ptx::named_barrier_sync(kBarEmpty0 + (i & 1), kWsThreads);  // consumers left this buffer
+      const int i = tile - tile_begin, b = i & 1;
+      if (i >= 2) cluster::wait(empty_bar(b), ((i >> 1) - 1) & 1);  // every consumer left this buffer
       ptx::cp_async_wait_group<kStages - 1>();
-      ptx::named_barrier_sync(kBarProducer, kProducers);  // every producer's copies of this tile landed
+      ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
       if (publishes_slots && tile + kStages < tile_end)
         slot_of(tile + kStages)[ptid] = ahead.pop(p, row, len, tile + kStages + kSlotAhead, tile_end, kWsTile, ptid);
       const int32_t* slots = slot_of(tile);
       const uint8_t* raw = raw_of(tile);
       __nv_bfloat16* kt = k_buf(i);
+      const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
       // Work item u: 8 consecutive lanes take 8 consecutive entries of one unit, so their
       // 16-byte stores fill whole core-matrix rows without bank conflicts; a warp covers 4 units
       // (36 per entry is a multiple of 4), so no warp mixes latent groups and RoPE chunks.
-      for (int u = ptid; u < (dequant ? kWsTile * kUnitsPerRow : 0); u += kProducers) {
-        const int t = (u >> 3) / kUnitsPerRow * 8 + (u & 7), k = (u >> 3) % kUnitsPerRow;
-        const Dst16 dst{kt + core_offset<kWsTile>(t, 16 * k), kt + core_offset<kWsTile>(t, 16 * k + 8)};
-        if (slots[t] < 0) store_16_zero(dst);
-        else dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
+      for (int u = ptid; u < (dequant ? kTokens * kUnitsPerRow : 0); u += kWsProducers) {
+        const int tl = (u >> 3) / kUnitsPerRow * 8 + (u & 7), k = (u >> 3) % kUnitsPerRow, t = tok0 + tl;
+        Words16 w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        if (slots[t] >= 0) w = dequant_unit_words<F>(raw + size_t(tl) * F::kRecordBytes, k, p.layer_scale);
+        const int lo = core_offset<kWsTile>(t, 16 * k), hi = core_offset<kWsTile>(t, 16 * k + 8);
+        store_16_words(Dst16{kt + lo, kt + hi}, w.lo, w.hi);
+        if constexpr (kPair) {
+          cluster::store_remote(kt_peer + 2 * lo, w.lo);
+          cluster::store_remote(kt_peer + 2 * hi, w.hi);
+        }
       }
-      if (ptid < kWsTile) sValid[(i & 1) * kWsTile + ptid] = slots[ptid] >= 0;
-      wgmma::fence_proxy_async_smem();  // the tensor cores read this buffer next
-      __threadfence_block();
-      ptx::named_barrier_arrive(kBarFull0 + (i & 1), kWsThreads);
-      ptx::named_barrier_sync(kBarProducer, kProducers);  // all reads of this raw stage are done
-      if (tile + kStages < tile_end && copies) issue_copies<F, kProducers, kWsTile, false>(p, slot_of(tile + kStages), raw_of(tile + kStages), ptid);
+      if (ptid < kWsTile) sValid[b * kWsTile + ptid] = slots[ptid] >= 0;
+      cluster::fence_proxy_async();  // the tensor cores read these buffers next
+      cluster::arrive_local(full_bar(b));
+      if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(full_bar(b), peer));
+      ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
+      if (tile + kStages < tile_end && copies)
+        issue_copies<F, kWsProducers, kTokens, false>(p, slot_of(tile + kStages) + tok0, raw_of(tile + kStages), ptid);
       else ptx::cp_async_commit();
     }
   } else {
@@ -538,21 +586,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
                               wgmma::smem_desc(ptx::smem_addr(k_buf(1)) + k_half, kKDimBlock, kEight)};
   const uint64_t v_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (half * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock),
                               wgmma::smem_desc(ptx::smem_addr(k_buf(1)) + (half * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock)};
-  for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int i = tile - tile_begin;
-    ptx::named_barrier_sync(kBarFull0 + (i & 1), kWsThreads);
-    // Partial scores over this half's dims: 18 steps of m64n32k16, Q and K from shared memory.
-    float acc[NT][4];
-    wgmma::fence();
+  // (Issuing the next tile's score MMAs before this tile's softmax was tried: the consumers then
+  // wait for the producers one tile earlier, and it ran 1.5x slower.)
+  float acc[NT][4];  // partial scores of the tile in flight
+  auto issue_scores = [&](int i) {
     const uint64_t kd = (i & 1) ? k_desc[1] : k_desc[0];
+    wgmma::fence();
     if (!(p.debug_skip & 2))
 #pragma unroll
-    for (int kk = 0; kk < kWsQkHalf / 16; ++kk)
-      wgmma::m64n32k16_ss(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
-                          wgmma::desc_advance(kd, 2 * kk * kKDimBlock), kk > 0);
+      for (int kk = 0; kk < kWsQkHalf / 16; ++kk)
+        wgmma::m64n32k16_ss(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock), wgmma::desc_advance(kd, 2 * kk * kKDimBlock),
+                            kk > 0);
     wgmma::commit();
-    wgmma::wait<0>();
-    float* sp_mine = sP + ((i & 1) * 2 + half) * kWsHeads * kWsScoreStride;
+  };
+  // Full scores of tile i = half 0 + half 1 (the same order in both warpgroups), scaled and masked.
+  auto exchange_scores = [&](int i, float (&s)[NT][4]) {
+    const int b = i & 1;
+    float* sp_mine = sP + (b * 2 + half) * kWsHeads * kWsScoreStride;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       float* s0 = sp_mine + (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
@@ -560,11 +610,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       *reinterpret_cast<float2*>(s0 + 8 * kWsScoreStride) = make_float2(acc[j][2], acc[j][3]);
     }
     ptx::named_barrier_sync(kBarConsumer, kWsConsumers);
-    // Full scores = half 0 + half 1 (the same order in both warpgroups), scaled and masked.
-    const float* sp0 = sP + ((i & 1) * 2) * kWsHeads * kWsScoreStride;
+    const float* sp0 = sP + (b * 2) * kWsHeads * kWsScoreStride;
     const float* sp1 = sp0 + kWsHeads * kWsScoreStride;
-    const int32_t* valid = sValid + (i & 1) * kWsTile;
-    float s[NT][4];
+    const int32_t* valid = sValid + b * kWsTile;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const int off = (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
@@ -577,27 +625,38 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       s[j][2] = v0 ? (a_hi.x + b_hi.x) * p.scale_log2 : -INFINITY;
       s[j][3] = v1 ? (a_hi.y + b_hi.y) * p.scale_log2 : -INFINITY;
     }
+  };
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int i = tile - tile_begin, b = i & 1;
+    cluster::wait(full_bar(b), (i >> 1) & 1);
+    issue_scores(i);
+    wgmma::wait<0>();
+    float s[NT][4];
+    exchange_scores(i, s);
     softmax_update(s, st, o);
     // O += P V: P (BF16 weights) from registers, V = this half's 256 dims of the K buffer,
     // read transposed (tokens are the k dimension).
     wgmma::fence();
-    const uint64_t vd = (i & 1) ? v_desc[1] : v_desc[0];
+    const uint64_t vd = b ? v_desc[1] : v_desc[0];
     if (!(p.debug_skip & 4))
 #pragma unroll
-    for (int kk = 0; kk < NT / 2; ++kk) {
-      const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                             ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      // Tokens 16kk..16kk+15 are two 8-row core-matrix groups, 16 bytes per token row.
-      wgmma::m64n128k16_rs_tb<0>(o, a, wgmma::desc_advance(vd, kk * 16 * 16));
-      wgmma::m64n128k16_rs_tb<16>(o, a, wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
-    }
+      for (int kk = 0; kk < NT / 2; ++kk) {
+        const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                               ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        // Tokens 16kk..16kk+15 are two 8-row core-matrix groups, 16 bytes per token row.
+        wgmma::m64n128k16_rs_tb<0>(o, a, wgmma::desc_advance(vd, kk * 16 * 16));
+        wgmma::m64n128k16_rs_tb<16>(o, a, wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
+      }
     wgmma::commit();
     wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
-    if (tile + 2 < tile_end) ptx::named_barrier_arrive(kBarEmpty0 + (i & 1), kWsThreads);  // buffer free
+    cluster::arrive_local(empty_bar(b));
+    if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(empty_bar(b), peer));
   }
   store_outputs(p, st, o, row, head0, heads_here, hb, half * kWsVHalf, half == 0, split, lane);
   }
+  // A pair's CTAs write into each other's shared memory until the end: neither exits first.
+  if constexpr (kPair) cluster::sync();
 #endif
 }
 
@@ -660,18 +719,28 @@ void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_
   check_launch("sparse decode kernel launch");
 }
 
-template <class F>
+template <class F, bool kPair>
 void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
-  using Smem = WsSmem<F>;
+  using Smem = WsSmem<F, kPair>;
   static std::once_flag once;
   std::call_once(once, [] {
-    check(cudaFuncSetAttribute(sparse_decode_ws_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check(cudaFuncSetAttribute(sparse_decode_ws_kernel<F, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(Smem::total)),
           "sparse decode: shared memory opt-in");
   });
-  const dim3 grid(rows, head_groups, p.splits);
-  sparse_decode_ws_kernel<F><<<grid, kWsThreads, Smem::total, stream>>>(p);
-  check_launch("sparse decode (warp-specialized) kernel launch");
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(rows, head_groups, p.splits);
+  cfg.blockDim = dim3(kWsThreads);
+  cfg.dynamicSmemBytes = Smem::total;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = kPair ? 2 : 1;  // the two head groups of a row
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair>, p), "sparse decode (warp-specialized) kernel launch");
 }
 
 // The warp-specialized kernel needs sm_90a (setmaxnreg); other GPUs run the portable kernel.
@@ -690,7 +759,11 @@ void dispatch_heads(const DecodePlan& plan, const DecodeParams& p, int rows, cud
     case 16: return launch_decode<1, F>(p, rows, plan.num_head_groups, stream);
     case 32: return launch_decode<2, F>(p, rows, plan.num_head_groups, stream);
     case 64:
-      if (current_device_is_sm90()) return launch_decode_ws<F>(p, rows, plan.num_head_groups, stream);
+      if (current_device_is_sm90()) {
+        static const bool no_pair = std::getenv("NVFP4MLA_DEBUG_NO_PAIR") != nullptr;  // A/B timing aid
+        if (plan.num_head_groups % 2 == 0 && !no_pair) return launch_decode_ws<F, true>(p, rows, plan.num_head_groups, stream);
+        return launch_decode_ws<F, false>(p, rows, plan.num_head_groups, stream);
+      }
       return launch_decode<4, F>(p, rows, plan.num_head_groups, stream);
     default: throw Error("sparse decode: head group must be 16, 32 or 64");
   }

@@ -1,0 +1,93 @@
+#pragma once
+// Thread-block clusters and mbarriers (sm_90) for the attention kernels: the 128-head decode
+// runs its two 64-head CTAs as a cluster pair that dequantizes each K tile once, each CTA
+// writing its half into both CTAs' shared memory, with cluster-scope full/empty mbarriers.
+// Addresses are 32-bit shared-window addresses (ptx::smem_addr); `peer` forms come from
+// map_to_rank. Everything compiles to nothing below sm_90.
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define NVFP4MLA_CLUSTER 1
+#endif
+
+namespace nvfp4mla::cuda::cluster {
+
+__device__ __forceinline__ uint32_t rank() {
+  uint32_t r = 0;
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+
+// All threads of both CTAs: release this CTA's prior writes, acquire the peer's.
+__device__ __forceinline__ void sync() {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// The address of the same shared-memory location in CTA `r` of the cluster.
+__device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, uint32_t r) {
+  uint32_t out = addr;
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(r));
+#endif
+  return out;
+}
+
+__device__ __forceinline__ void store_remote(uint32_t addr, uint4 v) {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+#endif
+}
+// Makes initialized mbarriers visible to the cluster (before the cluster sync that publishes them).
+__device__ __forceinline__ void fence_mbarrier_init() {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// Arrive on an mbarrier of this CTA (`bar`) or of another CTA (`bar` from map_to_rank), with
+// release semantics at cluster scope: this thread's earlier shared-memory writes, local and
+// remote, are visible to whoever completes a wait on the phase.
+__device__ __forceinline__ void arrive_local(uint32_t bar) {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("mbarrier.arrive.release.cluster.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void arrive_remote(uint32_t bar) {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+// Wait until the phase with parity `parity` of this CTA's mbarrier has completed.
+__device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// Generic-proxy shared-memory writes (local or remote) made visible to the async proxy (wgmma)
+// that reads them after the handoff; run by each writing thread before it arrives.
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("fence.proxy.async;\n" ::: "memory");
+#endif
+}
+
+}  // namespace nvfp4mla::cuda::cluster
