@@ -127,6 +127,22 @@ float random_value(std::mt19937& rng) {
   return std::ldexp(static_cast<float>(static_cast<int32_t>(rng())) * 0x1p-31f, e);
 }
 
+// Outer scale of a test group, by `mode` % 4: dynamic from the group's max (times a random
+// power of two), static random, 0, implicit (`unit`).
+float pick_scale(std::mt19937& rng, int mode, float gmax, bool& unit) {
+  unit = false;
+  switch (mode % 4) {
+    case 0: return nr::nvfp4_dynamic_scale(gmax * std::ldexp(1.0f, static_cast<int>(rng() % 8)));
+    case 1: return random_scale(rng);
+    case 2: return 0.0f;
+    default: unit = true; return 1.0f;
+  }
+}
+
+bool on_fast_path(float s, bool unit) {
+  return unit || s == 0.0f || (s >= fe::kMinFastScale && s <= fe::kMaxFastScale);
+}
+
 }  // namespace
 
 // Whole groups: scale byte and all 16 nibbles, in every mode, with the outer scales the writer
@@ -143,20 +159,90 @@ TEST(FastEncode, Nvfp4GroupMatchesTheRecipe) {
       if (spread == 2 && (rng() % 4) == 0) x[i] = (rng() & 1) ? FLT_MAX : -FLT_MAX;
       gmax = std::fmax(gmax, std::fabs(x[i]));
     }
-    float s;
-    bool unit = false;
-    switch (iter % 4) {
-      case 0: s = nr::nvfp4_dynamic_scale(gmax * std::ldexp(1.0f, static_cast<int>(rng() % 8))); break;
-      case 1: s = random_scale(rng); break;
-      case 2: s = 0.0f; break;
-      default: s = 1.0f; unit = true; break;
-    }
-    if (!unit && s != 0.0f && (s < fe::kMinFastScale || s > fe::kMaxFastScale)) continue;
+    bool unit;
+    const float s = pick_scale(rng, iter, gmax, unit);
+    if (!on_fast_path(s, unit)) continue;
     uint32_t want[2], got[2];
     const uint8_t wb = recipe_group(x, s, unit, want);
     const uint8_t gb = fe::nvfp4_group(x, gmax, s, unit, got);
     if ((wb != gb || want[0] != got[0] || want[1] != got[1]) && bad++ < 5)
       ADD_FAILURE() << "iter " << iter << " scale byte " << int(wb) << " vs " << int(gb) << std::hex << " nib " << want[0] << "," << want[1] << " vs " << got[0] << "," << got[1] << " s=" << s << " gmax=" << gmax;
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// BF16 bounds: RU_bf16 of each fp32 bound is the recipe's step point among BF16 values, for
+// every nonzero E4M3 group scale and each outer scale.
+TEST(FastEncode, Nvfp4Bf16BoundsAreTheRecipeStepPoints) {
+  std::mt19937 rng(13);
+  const std::vector<float> scales = test_scales(rng, 20000);
+  uint64_t bad = 0;
+  for (int byte = 1; byte <= 0x7E; ++byte) {
+    const float d = nc::e4m3_decode(static_cast<uint8_t>(byte));
+    for (float s : scales) {
+      uint32_t b[7];
+      fe::nvfp4_bounds_bf16x2(d, s, b);
+      for (int k = 0; k < 7; ++k) {
+        const uint32_t lo = b[k] & 0xFFFFu;
+        const bool ok = (b[k] >> 16) == lo && lo <= 0x7F80u && (k == 0 || lo >= (b[k - 1] & 0xFFFFu)) &&
+                        (lo == 0x7F80u || recipe_magnitude(nc::bf16_decode(uint16_t(lo)), s, d) >= uint32_t(k + 1)) &&
+                        (lo == 0 || recipe_magnitude(nc::bf16_decode(uint16_t(lo - 1)), s, d) <= uint32_t(k));
+        if (!ok && bad++ < 5) ADD_FAILURE() << "d=" << d << " s=" << s << " k=" << k << std::hex << " bound=" << lo;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// Whole BF16 groups through the packed path (nibble placement, signs, -0, d = 0) against the
+// recipe, in every mode; also every BF16 bit pattern in every position of a group.
+TEST(FastEncode, Nvfp4Bf16GroupMatchesTheRecipe) {
+  std::mt19937 rng(17);
+  uint64_t bad = 0;
+  auto check = [&](const uint16_t (&h)[16], float s, bool unit) {
+    uint32_t w[8];
+    float x[16];
+    for (int i = 0; i < 16; ++i) x[i] = nc::bf16_decode(h[i]);
+    for (int i = 0; i < 8; ++i) w[i] = h[2 * i] | (uint32_t(h[2 * i + 1]) << 16);
+    const uint32_t gbits = fe::bf16_abs_max_bits(w);
+    if (gbits >= 0x7F80u) return;  // not finite: the fp32 path
+    uint32_t want[2], got[2];
+    const uint8_t wb = recipe_group(x, s, unit, want);
+    const uint8_t gb = fe::nvfp4_group_bf16(w, gbits, s, unit, got);
+    if ((wb != gb || want[0] != got[0] || want[1] != got[1]) && bad++ < 5)
+      ADD_FAILURE() << "scale byte " << int(wb) << " vs " << int(gb) << std::hex << " nib " << want[0] << ","
+                    << want[1] << " vs " << got[0] << "," << got[1] << " s=" << s;
+  };
+  for (int iter = 0; iter < 400000; ++iter) {
+    uint16_t h[16];
+    float gmax = 0.0f;
+    const int e = static_cast<int>(rng() % 200) - 100;
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t kind = rng() % 8;
+      if (kind == 0) h[i] = static_cast<uint16_t>(rng());
+      else if (kind == 1) h[i] = (rng() & 1) ? 0x8000u : 0u;
+      else h[i] = nc::bf16_encode_satfinite(std::ldexp(static_cast<float>(static_cast<int32_t>(rng())) * 0x1p-31f, e));
+      if ((h[i] & 0x7FFFu) >= 0x7F80u) h[i] = 0x3F80u;
+      gmax = std::fmax(gmax, std::fabs(nc::bf16_decode(h[i])));
+    }
+    bool unit;
+    const float s = pick_scale(rng, iter, gmax, unit);
+    if (!on_fast_path(s, unit)) continue;
+    check(h, s, unit);
+  }
+  for (uint32_t v = 0; v < 0x10000u; ++v) {
+    if ((v & 0x7FFFu) >= 0x7F80u) continue;
+    uint16_t h[16];
+    for (int i = 0; i < 16; ++i) h[i] = static_cast<uint16_t>(0x3E00u + (rng() % 0x200));  // ~0.125 .. 0.5
+    h[v % 16] = static_cast<uint16_t>(v);
+    float gmax = 0.0f;
+    for (uint16_t b : h) gmax = std::fmax(gmax, std::fabs(nc::bf16_decode(b)));
+    for (int mode = 0; mode < 4; ++mode) {
+      bool unit;
+      const float s = pick_scale(rng, mode, gmax, unit);
+      if (!on_fast_path(s, unit)) continue;
+      check(h, s, unit);
+    }
   }
   EXPECT_EQ(bad, 0u);
 }

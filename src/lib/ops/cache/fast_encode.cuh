@@ -13,6 +13,7 @@
 //  (2) RN(|x| / s) >= P  <=>  |x| >= RU(s (P - h)),  RN(|x| / s) > P  <=>  |x| > RD(s (P + h)),
 //      h = ulp(P) / 2 (P has an even significand, so the ties go to P).
 // So the nibble magnitude is the number of the seven per-group bounds that |x| reaches.
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
@@ -41,6 +42,19 @@ NVFP4MLA_HD uint32_t e4m3x2(float lo, float hi) {
 #endif
 }
 
+// Decoded E4M3 byte (finite, non-negative here: the group scales are RN(ymax / 6) saturated).
+NVFP4MLA_HD float e4m3_decode(uint8_t byte) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(byte)));
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(h2 & 0xFFFFu)));
+  return f;
+#else
+  return codec::e4m3_decode(byte);
+#endif
+}
+
 // fma rounded toward +inf (`up`) or -inf. The host version is exact only where a b + c fits a
 // double, which holds for the bounds below (24-bit s times a 25-bit P -/+ h).
 NVFP4MLA_HD float fma_directed(float a, float b, float c, bool up) {
@@ -62,20 +76,26 @@ struct Nvfp4Bounds {
 
 // `d` = decoded group scale, `s` = outer scale (1 in implicit mode), 0 or in
 // [kMinFastScale, kMaxFastScale].
+// The k-th bound of (2) before the strict bounds' step: RU(s (P - h)) for odd k (|x| >= it),
+// RD(s (P + h)) for even k (|x| > it); s24 = s * 2^-24.
+NVFP4MLA_HD float nvfp4_directed_bound(int k, float d, float s, float s24) {
+  const float t[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const float p = t[k] * d;
+  const float h = s24 * codec::bits_float(codec::float_bits(p) & 0x7F800000u);  // s ulp(P) / 2
+  return (k & 1) ? fma_directed(s, p, -h, true) : fma_directed(s, p, h, false);
+}
+
 NVFP4MLA_HD Nvfp4Bounds nvfp4_bounds(float d, float s) {
   Nvfp4Bounds r;
   r.sign = d == 0.0f ? 0u : 8u;
   const float s24 = s * 0x1p-24f;
-  const float t[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int k = 0; k < 7; ++k) {
-    const float p = t[k] * d;
-    const float h = s24 * codec::bits_float(codec::float_bits(p) & 0x7F800000u);  // s ulp(P) / 2
     // Strict bounds (even k) become |x| >= the next float above RD(s (P + h)).
-    r.b[k] = (k & 1) ? fma_directed(s, p, -h, true)
-                     : codec::bits_float(codec::float_bits(fma_directed(s, p, h, false)) + 1u);
+    const float b = nvfp4_directed_bound(k, d, s, s24);
+    r.b[k] = (k & 1) ? b : codec::bits_float(codec::float_bits(b) + 1u);
     if (d == 0.0f) r.b[k] = INFINITY;
   }
   return r;
@@ -103,12 +123,122 @@ NVFP4MLA_HD uint32_t nvfp4_nibble(float x, const Nvfp4Bounds& bd) {
 NVFP4MLA_HD uint8_t nvfp4_group(const float (&x)[16], float gmax, float s, bool unit, uint32_t (&nib)[2]) {
   const float ymax = unit ? gmax : record::nvfp4_prescale(gmax, s);  // RN(x / s) is monotone
   const uint8_t byte = static_cast<uint8_t>(e4m3x2(ymax / 6.0f, 0.0f) & 0xFFu);
-  const Nvfp4Bounds bd = nvfp4_bounds(codec::e4m3_decode(byte), unit ? 1.0f : s);
+  const Nvfp4Bounds bd = nvfp4_bounds(e4m3_decode(byte), unit ? 1.0f : s);
   nib[0] = nib[1] = 0;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int i = 0; i < 16; ++i) nib[i / 8] |= nvfp4_nibble(x[i], bd) << (4 * (i % 8));
+  return byte;
+}
+
+// ---- BF16 groups: seven packed comparisons per pair of values ----------------------------
+// For BF16 inputs |x| is a BF16 value, so |x| >= b (b an fp32 bound of nvfp4_bounds) holds
+// iff |x| >= RU_bf16(b). The seven rounded bounds are compared against two values at once
+// (HSET2.BF16, an all-ones half per reached bound); the seven masks of a pair of values are
+// summed as one 32-bit word w (= n_lo * 0xFFFF + n_hi * 0xFFFF0000) and -w * 0x10001 is
+// n_lo + (n_hi << 16) exactly (mod 2^32), so one IMAD per pair also places both counts in
+// their nibbles. Values are paired (v_a, v_a+4) so that the two counts of a pair land in
+// nibbles a and a + 4 of the packed word.
+
+// Per-half "a >= b" masks of two non-negative, non-NaN BF16 pairs.
+NVFP4MLA_HD uint32_t bf16x2_ge_mask(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t m;
+  asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+  return m;
+#else
+  // Non-negative BF16 values compare like their bit patterns.
+  return ((a & 0xFFFFu) >= (b & 0xFFFFu) ? 0xFFFFu : 0u) | ((a >> 16) >= (b >> 16) ? 0xFFFF0000u : 0u);
+#endif
+}
+
+// Byte permute (PRMT, default mode; selector nibbles with bit 3 replicate the byte's sign).
+NVFP4MLA_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+#else
+  const uint64_t v = (static_cast<uint64_t>(b) << 32) | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (sel >> (4 * i)) & 0xFu;
+    uint32_t byte = static_cast<uint32_t>(v >> (8 * (s & 7u))) & 0xFFu;
+    if (s & 8u) byte = (byte & 0x80u) ? 0xFFu : 0u;
+    r |= byte << (8 * i);
+  }
+  return r;
+#endif
+}
+
+// RU_bf16 of the seven bounds of nvfp4_bounds(d, s), each in both halves of a word
+// (d > 0; s as there).
+NVFP4MLA_HD void nvfp4_bounds_bf16x2(float d, float s, uint32_t (&b)[7]) {
+  const float s24 = s * 0x1p-24f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int k = 0; k < 7; ++k) {
+    // Odd k: RU_bf16(RU(s (P - h))). Even k: the BF16 above RD(s (P + h)), i.e. RU_bf16 of
+    // the next float above it. A carry into the exponent (or to +Inf) stays correct.
+    const uint32_t u = codec::float_bits(nvfp4_directed_bound(k, d, s, s24)) + ((k & 1) ? 0xFFFFu : 0x10000u);
+    b[k] = byte_perm(u, 0u, 0x3232u);
+  }
+}
+
+// Largest |x| bit pattern (0x0000..0x7FFF; >= 0x7F80 when some value is Inf or NaN) of
+// 2n BF16 values held as n words.
+template <int N>
+NVFP4MLA_HD uint32_t bf16_abs_max_bits(const uint32_t (&w)[N]) {
+  uint32_t m = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+  for (int i = 0; i < N; ++i) m = __vmaxu2(m, w[i] & 0x7FFF7FFFu);
+  return max(m & 0xFFFFu, m >> 16);
+#else
+  for (int i = 0; i < N; ++i) {
+    const uint32_t a = w[i] & 0x7FFF7FFFu;
+    m = std::max(m, std::max(a & 0xFFFFu, a >> 16));
+  }
+  return m;
+#endif
+}
+
+// One 16-value BF16 group (w[i] = values 2i, 2i+1; all finite): same bytes as nvfp4_group of
+// the decoded values. `gbits` = bf16_abs_max_bits(w).
+NVFP4MLA_HD uint8_t nvfp4_group_bf16(const uint32_t (&w)[8], uint32_t gbits, float s, bool unit, uint32_t (&nib)[2]) {
+  const float gmax = codec::bits_float(gbits << 16);
+  const float ymax = unit ? gmax : record::nvfp4_prescale(gmax, s);
+  const uint8_t byte = static_cast<uint8_t>(e4m3x2(ymax / 6.0f, 0.0f) & 0xFFu);
+  const float d = e4m3_decode(byte);
+  uint32_t b[7];
+  nvfp4_bounds_bf16x2(d, unit ? 1.0f : s, b);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 2; ++j) {
+    const uint32_t* in = w + 4 * j;  // values 8j .. 8j+7
+    const uint32_t p[4] = {byte_perm(in[0], in[2], 0x5410u), byte_perm(in[0], in[2], 0x7632u),
+                           byte_perm(in[1], in[3], 0x5410u), byte_perm(in[1], in[3], 0x7632u)};  // (v_a, v_a+4)
+    // Sign bits: value 2m in bit 3 of byte m, value 2m+1 in bit 7 (sign-replicating PRMT).
+    const uint32_t even = byte_perm(p[0], p[2], 0xFBD9u), odd = byte_perm(p[1], p[3], 0xFBD9u);
+    uint32_t acc = (even & 0x08080808u) | (odd & 0x80808080u);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int a = 0; a < 4; ++a) {
+      const uint32_t av = p[a] & 0x7FFF7FFFu;
+      uint32_t m[7];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int k = 0; k < 7; ++k) m[k] = bf16x2_ge_mask(av, b[k]);
+      const uint32_t sum = (m[0] + m[1] + m[2]) + (m[3] + m[4] + m[5]) + m[6];
+      acc += sum * (0xFFFEFFFFu << (4 * a));  // (n_lo << 4a) + (n_hi << (4a + 16))
+    }
+    nib[j] = d == 0.0f ? 0u : acc;  // d = 0: zero nibbles, signs included
+  }
   return byte;
 }
 
