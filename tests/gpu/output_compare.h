@@ -4,9 +4,11 @@
 // give exactly 0. Per element: |d| <= 1e-3 + 2/128 |want| + vmax/256, where vmax/256 bounds what
 // BF16 probabilities (relative error 2^-9 per weight) can move a weighted mean of values of
 // magnitude <= vmax (the row's largest |V|). LSE: |d| <= 1e-5 or <= 8/65536 |want|; -inf must
-// stay -inf. Returns the number of failures (the first few are reported).
+// stay -inf. Returns the number of failures (the first few are reported); `worst_cos`, when
+// given, receives the largest cosine difference seen.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -17,8 +19,10 @@ namespace nvfp4mla::testing {
 
 inline int64_t compare_attention(const std::vector<float>& got_out, const std::vector<float>& want_out,
                                  const std::vector<float>& got_lse, const std::vector<float>& want_lse,
-                                 const std::vector<float>& vmax_per_row, int heads, double cos_limit = 5e-6) {
+                                 const std::vector<float>& vmax_per_row, int heads, double cos_limit = 5e-6,
+                                 double* worst_cos = nullptr) {
   int64_t bad = 0;
+  double worst = 0.0;
   const int rows_heads = static_cast<int>(want_lse.size());
   for (int rh = 0; rh < rows_heads; ++rh) {
     const int row = rh / heads;
@@ -36,6 +40,7 @@ inline int64_t compare_attention(const std::vector<float>& got_out, const std::v
       if (n_got != 0 && bad++ < 5) ADD_FAILURE() << "row " << row << " head " << rh % heads << ": empty row must give 0";
     } else {
       const double cos_diff = n_got > 0 ? 1.0 - dot / std::sqrt(n_got * n_want) : 1.0;
+      worst = std::max(worst, cos_diff);
       if (!(cos_diff <= cos_limit) && bad++ < 5)
         ADD_FAILURE() << "row " << row << " head " << rh % heads << ": cosine difference " << cos_diff;
     }
@@ -44,6 +49,7 @@ inline int64_t compare_attention(const std::vector<float>& got_out, const std::v
                                      : (std::fabs(got - want) <= 1e-5f || std::fabs(got - want) <= (8.0f / 65536.0f) * std::fabs(want));
     if (!ok && bad++ < 10) ADD_FAILURE() << "lse row " << row << " head " << rh % heads << ": got " << got << " want " << want;
   }
+  if (worst_cos) *worst_cos = worst;
   return bad;
 }
 

@@ -16,10 +16,10 @@ TEST(CliPlan, ScratchSeedExampleAndRoute) {
   TempDir dir;
   const std::string base = "plan scratch --heads 64 --max-num-seqs 16 --max-batched-tokens 8192 --mtp 3 --splits 32 "
                            "--partials bf16 --rope fp8 --json --mode ";
-  const auto on = run_cli(dir, base + "1"), automatic = run_cli(dir, base + "auto");
+  const auto on = run_cli(dir, base + "1"), off = run_cli(dir, base + "0");
   ASSERT_EQ(on.exit_code, 0) << on.err;
-  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
-  const auto a = nlohmann::json::parse(on.out), b = nlohmann::json::parse(automatic.out);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  const auto a = nlohmann::json::parse(on.out), b = nlohmann::json::parse(off.out);
   EXPECT_EQ(a["decode_rows"], 64);
   EXPECT_EQ(b["decode_rows"], 16);
   const double diff = (a["tmp_output_bytes"].get<double>() + a["tmp_lse_bytes"].get<double>() + a["output_bytes"].get<double>()) -
@@ -27,7 +27,10 @@ TEST(CliPlan, ScratchSeedExampleAndRoute) {
   EXPECT_EQ(diff / (1024.0 * 1024.0), 99.375);
   const auto r = run_cli(dir, "plan route --mode auto --rope fp8 --spec-tokens 3 --max-query-len 4 --decode-rows 64 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["route"], "extend");
+  EXPECT_EQ(nlohmann::json::parse(r.out)["route"], "decode");  // NVFP4 is decode-qualified
+  const auto prefill = run_cli(dir, "plan route --mode auto --rope fp8 --spec-tokens 3 --max-query-len 9 --decode-rows 64 --json");
+  ASSERT_EQ(prefill.exit_code, 0) << prefill.err;
+  EXPECT_EQ(nlohmann::json::parse(prefill.out)["route"], "extend");  // longer than 1 + k: not a verifier batch
   const auto env = run_cli(dir, "plan route --cache-dtype fp8_ds_mla --spec-tokens 3 --max-query-len 4 --decode-rows 64 --json",
                            "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE=0");
   ASSERT_EQ(env.exit_code, 0) << env.err;

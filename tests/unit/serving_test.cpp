@@ -46,7 +46,8 @@ VerifierBatchShape mtp3_batch() {
 
 TEST(Route, CompatibilityTable) {
   // The seed's table: mode 0 -> extend for all; auto -> decode for fp8_ds_mla, extend for
-  // nvfp4_ds_mla; 1 -> decode for all.
+  // nvfp4_ds_mla; 1 -> decode for all. nvfp4mla's GPU qualification suite has since qualified
+  // nvfp4_ds_mla and bf16 (docs/ROUTING.md), so auto sends them to decode too.
   const VerifierBatchShape b = mtp3_batch();
   struct Case { SpecDecodeMode mode; CacheDtype dtype; Route want; };
   const Case cases[] = {
@@ -54,8 +55,8 @@ TEST(Route, CompatibilityTable) {
       {SpecDecodeMode::off, CacheDtype::nvfp4_ds_mla, Route::extend},
       {SpecDecodeMode::off, CacheDtype::bf16, Route::extend},
       {SpecDecodeMode::automatic, CacheDtype::fp8_ds_mla, Route::decode},
-      {SpecDecodeMode::automatic, CacheDtype::nvfp4_ds_mla, Route::extend},
-      {SpecDecodeMode::automatic, CacheDtype::bf16, Route::extend},
+      {SpecDecodeMode::automatic, CacheDtype::nvfp4_ds_mla, Route::decode},
+      {SpecDecodeMode::automatic, CacheDtype::bf16, Route::decode},
       {SpecDecodeMode::on, CacheDtype::fp8_ds_mla, Route::decode},
       {SpecDecodeMode::on, CacheDtype::nvfp4_ds_mla, Route::decode},
       {SpecDecodeMode::on, CacheDtype::bf16, Route::decode},
@@ -65,7 +66,7 @@ TEST(Route, CompatibilityTable) {
     EXPECT_EQ(d.route, c.want) << to_string(c.mode) << " " << to_string(c.dtype) << ": " << d.reason;
     EXPECT_FALSE(d.reason.empty());
   }
-  EXPECT_FALSE(decode_qualified(CacheDtype::nvfp4_ds_mla));  // until the qualification suite says otherwise
+  for (CacheDtype d : {CacheDtype::fp8_ds_mla, CacheDtype::nvfp4_ds_mla, CacheDtype::bf16}) EXPECT_TRUE(decode_qualified(d));
 }
 
 TEST(Route, DecodeNeedsAPureVerifierBatchWithinLimits) {
@@ -101,7 +102,7 @@ TEST(Route, VerifierRows) {
 
 TEST(Scratch, SeedWorkedExampleExactly) {
   // 64 heads, 32 splits, max_num_seqs 16, MTP 3, BF16 partials: decode rows 64 when verifier
-  // batches may take the decode route, 16 when NVFP4 auto keeps them on extend.
+  // batches may take the decode route, 16 when they stay on extend (the seed: NVFP4 under auto).
   ScratchRequest r;
   r.spec = kSpecNvfp4Fp8Rope;
   r.num_heads = 64;
@@ -113,7 +114,7 @@ TEST(Scratch, SeedWorkedExampleExactly) {
   r.splits = 32;
   r.mode = SpecDecodeMode::on;
   const auto with_verifier = plan_scratch(r);
-  r.mode = SpecDecodeMode::automatic;
+  r.mode = SpecDecodeMode::off;
   const auto without = plan_scratch(r);
   EXPECT_EQ(with_verifier.decode_rows, 64);
   EXPECT_EQ(without.decode_rows, 16);
