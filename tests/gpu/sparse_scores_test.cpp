@@ -131,10 +131,7 @@ TEST(GpuSparseScores, TopkLengthInvalidIndicesAndRaggedTopk) {
 
 TEST(GpuSparseScores, WideMagnitudesAndOutliers) {
   NVFP4MLA_REQUIRE_GPU();
-  ProblemOptions opt;
-  opt.log10_min = -4;
-  opt.log10_max = 2;
-  opt.outliers = true;
+  const ProblemOptions opt = ProblemOptions::wide_magnitudes();
   uint64_t seed = 500;
   for (const auto& spec : kAllSpecs) {
     SCOPED_TRACE(nvfp4mla::testing::spec_name(spec));

@@ -50,6 +50,14 @@ struct ProblemOptions {
   // wider ranges need a tolerance relative to the largest |V| (see the GPU suites).
   double log10_min = -0.3, log10_max = 0.3;
   bool outliers = false;
+  // Adversarial magnitudes: tokens from 1e-4 to 1e2 with channel outliers.
+  static ProblemOptions wide_magnitudes() {
+    ProblemOptions o;
+    o.log10_min = -4;
+    o.log10_max = 2;
+    o.outliers = true;
+    return o;
+  }
 };
 
 inline AttentionProblem make_problem(const RecordSpec& spec, int rows, int heads, int topk, uint64_t seed,
