@@ -1,14 +1,17 @@
-// Split-KV sparse MLA decode.
+// Split-KV sparse MLA decode: two kernels behind one host API.
 //
-// One CTA = one query row x one group of HG heads (16, 32 or 64) x one split of the row's
-// top-k list. 8 warps: warp w owns head block w % NB (16 heads) and part w / NB of the work.
-// Per KV tile of 64 entries:
-//   1. raw records arrive by cp.async (issued one tile ahead) and are dequantized into a BF16
-//      K tile in shared memory (invalid entries become zero rows and are never read);
-//   2. S = Q K^T: each warp computes its head block's scores for 64/PARTS entries and shares
-//      them through shared memory, so every warp holds its head block's full 16 x 64 scores;
+// Portable kernel (mma.sync; any head group on non-Hopper GPUs, 16/32-head groups everywhere):
+// one CTA = one query row x one group of HG heads (16, 32 or 64) x one split of the row's top-k
+// list; warp w owns head block w % NB (16 heads) and part w / NB of the work (CTA shape per head
+// group in decode_plan.h). Per KV tile:
+//   1. raw records arrive by cp.async (kStages tiles ahead) and are dequantized into a BF16 K
+//      tile in shared memory (invalid entries become zero rows and are never read);
+//   2. S = Q K^T: each warp computes its head block's scores for its share of the entries and
+//      shares them through shared memory, so every warp holds its head block's full scores;
 //   3. online softmax (base 2), P stays in registers as the A operand of
 //   4. O += P V: each warp accumulates 512/PARTS output dims of its 16 heads.
+// sm_90 kernel (64-head groups, wgmma, warp-specialized; 128 heads as 2-CTA clusters): see the
+// comment above sparse_decode_ws_kernel.
 // Splits write fp32 partials (normalized output and base-2 LSE); a merge kernel combines them.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
