@@ -82,7 +82,7 @@ struct EvalFlags {
   std::string json_path;
   std::string plot_dir;
   std::string device = "auto";
-  std::string sections;  // empty: every section (latent and attention with --dump)
+  std::string sections;  // empty: every section
   std::string needle_layers, needle_lengths, needle_depths, modes;
   bool no_progress = false;
 };
@@ -134,8 +134,7 @@ void apply_flags(EvalFlags& f) {
   eval::EvalOptions& o = f.options;
   o.device = eval::parse_device(f.device);
   o.latent = o.attention.enabled = o.sweep.enabled = o.needle.enabled = false;
-  const std::string sections =
-      !f.sections.empty() ? f.sections : o.dump.empty() ? "latent,attention,sweep,needle" : "latent,attention";
+  const std::string sections = f.sections.empty() ? "latent,attention,sweep,needle" : f.sections;
   for (const std::string& s : split_list(sections)) {
     if (s == "latent") o.latent = true;
     else if (s == "attention") o.attention.enabled = true;
@@ -184,12 +183,13 @@ void add_eval_command(CLI::App& app) {
                   "nvfp4_368_implicit, nvfp4_368_static, nvfp4_368_dynamic (default: all); the bf16_1152 reference is "
                   "always included");
   cmd->add_option("--sections", flags->sections,
-                  "Which parts to run: latent,attention,sweep,needle (default: all; with --dump: latent,attention)");
+                  "Which parts to run: latent,attention,sweep,needle (default: all)");
   cmd->add_option("--dump", flags->options.dump,
                   "Evaluate your own activations instead of the synthetic model: a safetensors file with "
                   "layers.<i>.kv_c [tokens, 512], layers.<i>.k_pe [tokens, 64] and optional layers.<i>.q "
                   "[rows, heads, 576] (BF16, F16 or F32); the first half of the tokens calibrates the static mode, "
-                  "the second half is evaluated")
+                  "the second half is evaluated (the sweep scales tokens of its middle layer, the needle contexts are "
+                  "drawn from its tokens)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--context", flags->options.attention.context, "Attention: context tokens per layer the top-k is selected from")
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include "nvfp4mla/safetensors.h"
 #include "support/cli_runner.h"
 #include "support/eval_small.h"
+#include "support/sweep_claims.h"
 #include "support/temp_dir.h"
 
 using namespace nvfp4mla;
@@ -70,7 +71,72 @@ void expect_rejected(const TempDir& dir, const TensorMap& m, const std::string& 
   }
 }
 
+// The sweep and the needle grid on the dump's own tokens (sweep: the middle layer's; needle
+// contexts: each layer's evaluation half, the longer one drawn with replacement).
+const eval::EvalReport& dump_sweep_needle_report() {
+  static const eval::EvalReport r = [] {
+    const TempDir dir;
+    const auto path = dir / "acts_sn.safetensors";
+    write_safetensors(path, make_dump());
+    eval::EvalOptions o = dump_options(path);
+    o.latent = o.attention.enabled = false;
+    o.sweep.enabled = o.needle.enabled = true;
+    o.sweep.tokens = 256;  // capped at the 48 tokens of a half
+    o.sweep.points_per_decade = 4;
+    o.needle.layers.clear();
+    o.needle.lengths = {32, 128};
+    o.attention.topk = 32;
+    return eval::run_evaluation(o);
+  }();
+  return r;
+}
+
 }  // namespace
+
+TEST(EvalDump, SweepScalesTheDumpsTokens) {
+  const eval::EvalReport& r = dump_sweep_needle_report();
+  EXPECT_EQ(r.sweep_layer, kLayers / 2);
+  EXPECT_EQ(r.options.sweep.tokens, kTokens / 2);
+  ASSERT_EQ(r.sweep_token_indices.size(), static_cast<size_t>(kTokens / 2));
+  ASSERT_EQ(r.sweep_calibration_indices.size(), static_cast<size_t>(kTokens / 2));
+  // Evaluated on the second half, calibrated on the first (out of sample).
+  for (int64_t i : r.sweep_token_indices) EXPECT_GE(i, kTokens / 2);
+  for (int64_t i : r.sweep_calibration_indices) EXPECT_LT(i, kTokens / 2);
+  EXPECT_NE(r.sweep_source.find("dump layer 1"), std::string::npos) << r.sweep_source;
+  EXPECT_GT(r.sweep_source_rms, 0.0);
+  ASSERT_EQ(r.sweep_rms.size(), 25u);
+  for (double e : nvfp4mla::testing::mode_of(r, "bf16_1152").sweep_relative_error) EXPECT_EQ(e, 0.0);
+  nvfp4mla::testing::expect_unit_scale_rises_at_small_magnitudes(r);
+  nvfp4mla::testing::expect_calibrated_and_dynamic_scales_flat(r);
+}
+
+TEST(EvalDump, NeedlesAmongTheDumpsTokens) {
+  const eval::EvalReport& r = dump_sweep_needle_report();
+  EXPECT_EQ(r.needle_layers, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(r.needle_pool_tokens, kTokens - kTokens / 2);
+  EXPECT_EQ(r.needle_with_replacement, (std::vector<bool>{false, true}));
+  EXPECT_NE(r.needle_source.find("contexts of 128 tokens draw them with replacement"), std::string::npos) << r.needle_source;
+  const eval::ModeResult& bf16 = nvfp4mla::testing::mode_of(r, "bf16_1152");
+  const eval::ModeResult& dynamic = nvfp4mla::testing::mode_of(r, "nvfp4_368_dynamic");
+  ASSERT_EQ(bf16.needles_total, 3 * 2 * 3);  // layers x lengths x depths
+  EXPECT_GT(bf16.needles_kept, 0);
+  for (size_t g = 0; g < bf16.needle.size(); ++g)
+    for (size_t c = 0; c < bf16.needle[g].cells.size(); ++c)
+      if (bf16.needle[g].cells[c].kept) EXPECT_TRUE(dynamic.needle[g].cells[c].kept) << "layer " << g << " cell " << c;
+  EXPECT_EQ(dynamic.needles_lost_where_reference_kept, 0);
+}
+
+TEST(EvalDump, ReportNamesTheSweepAndNeedleSources) {
+  const eval::EvalReport& r = dump_sweep_needle_report();
+  const std::string json = eval::report_to_json(r);
+  for (const char* field : {"\"source\"", "\"source_rms\"", "\"dump_token_indices\"", "\"dump_calibration_token_indices\"",
+                            "\"dump_pool_tokens\"", "\"with_replacement\""})
+    EXPECT_NE(json.find(field), std::string::npos) << field;
+  const std::string text = eval::report_to_text(r);
+  EXPECT_NE(text.find("Magnitude sweep: latent relative error of 48 tokens of dump layer 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("latent RMS as dumped"), std::string::npos) << text;
+  EXPECT_NE(text.find("distractors from each needle layer's 48 evaluated dump tokens"), std::string::npos) << text;
+}
 
 TEST(EvalDump, SynthesizedQueriesOutOfSampleCalibration) {
   TempDir dir;
@@ -183,8 +249,12 @@ TEST(EvalDump, CommandLine) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("dump acts.safetensors: 3 layers x 96 tokens"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(dir / "q.json"));
-  r = nvfp4mla::testing::run_cli(dir, "eval --dump acts.safetensors --sections latent,needle" + small);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("--dump evaluates the latent and attention sections"), std::string::npos) << r.err;
+  // Every section by default, the sweep and the needle grid on the dump's tokens.
+  EXPECT_NE(r.out.find("Magnitude sweep: latent relative error of 48 tokens of dump layer 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Needle retention"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("evaluated dump tokens"), std::string::npos) << r.out;
+  r = nvfp4mla::testing::run_cli(dir, "eval --dump acts.safetensors --sections latent,needle --needle-lengths 32" + small);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("Magnitude sweep"), std::string::npos) << r.out;
 }
 #endif

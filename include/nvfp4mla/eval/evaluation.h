@@ -43,7 +43,7 @@ struct AttentionOptions {
 struct SweepOptions {
   bool enabled = true;
   int tokens = 256;             // tokens scaled to every magnitude
-  int layer = -1;               // whose channel shape they have; -1: the middle layer
+  int layer = -1;               // whose tokens (a dump's) or channel shape they have; -1: the middle layer
   double min_rms = 1e-4;        // magnitude = RMS of the latent values
   double max_rms = 1e2;
   int points_per_decade = 4;
@@ -66,9 +66,9 @@ struct NeedleOptions {
 struct EvalOptions {
   uint64_t seed = kDefaultSeed;
   // A user's activation dump as the workload instead of the synthetic model (eval/dump.h);
-  // empty: the synthetic model. With a dump, the latent and attention stages run (the sweep and
-  // the needle grid build their tokens with the synthetic generator); --tokens-per-layer and
-  // --context cap the dump's evaluation half, and queries from the dump set rows and heads.
+  // empty: the synthetic model. Every stage runs on it: --tokens-per-layer and --context cap the
+  // dump's evaluation half, queries from the dump set rows and heads, the sweep scales tokens of
+  // one layer and the needle contexts are drawn from each needle layer's evaluation half.
   std::filesystem::path dump;
   WorkloadShape shape;
   int64_t tokens_per_layer = 2048;    // evaluation sample per layer (latent metrics)
@@ -146,7 +146,14 @@ struct EvalReport {
   std::vector<ModeResult> modes;
   std::vector<double> sweep_rms;        // magnitudes of the sweep
   int sweep_layer = -1;
+  std::string sweep_source;             // which tokens the sweep scales
+  double sweep_source_rms = 0.0;        // their latent RMS as drawn (before scaling)
+  std::vector<int64_t> sweep_token_indices;        // a dump's tokens the sweep evaluates (empty: synthetic)
+  std::vector<int64_t> sweep_calibration_indices;  // and calibrates the static mode on
   std::vector<int> needle_layers;
+  std::string needle_source;            // where the needle contexts' distractors come from
+  int64_t needle_pool_tokens = 0;       // a dump's evaluation tokens per layer (0: synthetic)
+  std::vector<bool> needle_with_replacement;  // per length: drawn from the dump with replacement
   std::vector<int64_t> needle_lengths;
   std::vector<double> needle_depths;
   double seconds = 0.0;

@@ -39,6 +39,7 @@ enum class Sample : uint64_t {
   sweep_calibration = 4,
   needle = 5,
   queries = 6,
+  needle_context = 7,  // draws of a dump's tokens for needle contexts longer than it
 };
 
 // BF16 bits of a finite fp32 value, round to nearest even (branch-free; equals
@@ -76,12 +77,6 @@ class SyntheticWorkload {
   // magnitude sweep scales the same tokens to many magnitudes).
   TokenBlock tokens(int layer, Sample sample, uint64_t index, int64_t first_position, int64_t count,
                     double value_scale = 0.0) const;
-
-  // One token from explicit content: z (512 values, unit-variance content), magnitude factor,
-  // RoPE base vector (64) and position. Used to build needles and distractors that share a
-  // needle's content. Writes BF16 bits.
-  void make_token(int layer, const double* z, double magnitude, const double* rope_base, int64_t position,
-                  uint16_t* kv_c, uint16_t* k_pe) const;
 
   // Rotate a 64-dim vector to `position` (RoPE, NeoX pairing: dims i and i + 32).
   void apply_rope(const double* in, int64_t position, double* out) const;

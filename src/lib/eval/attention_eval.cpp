@@ -12,15 +12,6 @@
 
 namespace nvfp4mla::eval::detail {
 
-QueryModel synthetic_query_model(const SyntheticWorkload& w, int layer) {
-  QueryModel m;
-  m.seed = w.seed();
-  m.channel_scale = &w.channel_scale(layer);
-  m.rope_scale = w.rope_scale(layer);
-  m.rope = [&w](const double* in, int64_t position, double* out) { w.apply_rope(in, position, out); };
-  return m;
-}
-
 LayerQueries queries_from_bf16(std::vector<uint16_t> q, int rows, int heads) {
   LayerQueries out;
   out.rows = rows;
@@ -34,7 +25,7 @@ LayerQueries queries_from_bf16(std::vector<uint16_t> q, int rows, int heads) {
   return out;
 }
 
-LayerQueries synthesize_queries(const QueryModel& model, int layer, const TokenBlock& ctx, const AttentionOptions& o) {
+LayerQueries synthesize_queries(const LayerModel& model, int layer, const TokenBlock& ctx, const AttentionOptions& o) {
   Rng rng(stream_key(model.seed, static_cast<uint64_t>(Sample::queries), static_cast<uint64_t>(layer)));
   const std::vector<float>& c = *model.channel_scale;
   const int64_t n = ctx.count;

@@ -24,7 +24,8 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw Error(message);
 }
 
-void validate(const EvalOptions& o) {
+// `layers`: the workload's (the dump's or the synthetic model's).
+void validate(const EvalOptions& o, int layers) {
   constexpr int64_t kMaxTokens = int64_t{1} << 24;
   require(o.tokens_per_layer >= 1 && o.tokens_per_layer <= kMaxTokens,
           "--tokens-per-layer must be in [1, 16777216], got " + std::to_string(o.tokens_per_layer));
@@ -38,10 +39,6 @@ void validate(const EvalOptions& o) {
     require(a.rows >= 1 && a.heads >= 1, "--query-rows and --heads must be at least 1");
     require(a.relevant_per_row >= 1 && a.relevant_per_head >= 1, "relevant tokens per row and per head must be at least 1");
   }
-  if (!o.dump.empty())
-    require(!o.sweep.enabled && !o.needle.enabled,
-            "--dump evaluates the latent and attention sections; the magnitude sweep and the needle grid build their "
-            "tokens with the synthetic generator (run them without --dump): use --sections latent,attention");
   const NeedleOptions& n = o.needle;
   if (n.enabled) {
     require(!n.lengths.empty() && !n.depths.empty(), "--needle-lengths and --needle-depths must not be empty");
@@ -49,8 +46,8 @@ void validate(const EvalOptions& o) {
       require(len >= 1 && len <= (int64_t{1} << 27), "needle context lengths must be in [1, 134217728], got " + std::to_string(len));
     for (double d : n.depths) require(d >= 0.0 && d <= 1.0, "needle depths must be within 0..100%");
     for (int l : n.layers)
-      require(l >= 0 && l < o.shape.num_layers, "needle layer " + std::to_string(l) + " is not a layer of the workload (0.." +
-                                                    std::to_string(o.shape.num_layers - 1) + ")");
+      require(l >= 0 && l < layers, "needle layer " + std::to_string(l) + " is not a layer of the workload (0.." +
+                                        std::to_string(layers - 1) + ")");
     require(n.distractor_min > 0.0 && n.distractor_min <= n.distractor_max && n.distractor_max < 1.0,
             "hard distractor logit fractions must satisfy 0 < min <= max < 1");
   }
@@ -115,6 +112,7 @@ EvalOptions options_for_dump(const EvalOptions& o, const DumpWorkload& d) {
   out.calibration_tokens = first.calibration.count;
   out.tokens_per_layer = std::min(o.tokens_per_layer, first.evaluation.count);
   out.attention.context = std::min(o.attention.context, first.evaluation.count);
+  out.sweep.tokens = static_cast<int>(std::min<int64_t>(o.sweep.tokens, first.calibration.count));
   if (d.has_queries) {
     out.attention.rows = std::min(o.attention.rows, first.q_rows);
     out.attention.heads = first.q_heads;
@@ -122,44 +120,46 @@ EvalOptions options_for_dump(const EvalOptions& o, const DumpWorkload& d) {
   return out;
 }
 
-TokenBlock first_tokens(const TokenBlock& b, int64_t count) {
-  TokenBlock out;
-  out.count = std::min(count, b.count);
-  out.kv_c.assign(b.kv_c.begin(), b.kv_c.begin() + out.count * kLatentDim);
-  out.k_pe.assign(b.k_pe.begin(), b.k_pe.begin() + out.count * kRopeDim);
-  return out;
-}
-
 // A layer's queries: the dump's own (its last `rows` query rows: with one query per token, the
 // queries of the evaluated tokens' end), or synthesized, correlated with the context.
 detail::LayerQueries layer_queries(const SyntheticWorkload& w, const DumpWorkload* dump, int layer, const TokenBlock& ctx,
                                    const AttentionOptions& o) {
-  if (!dump) return detail::synthesize_queries(detail::synthetic_query_model(w, layer), layer, ctx, o);
+  if (!dump) return detail::synthesize_queries(detail::synthetic_layer_model(w, layer), layer, ctx, o);
   const DumpLayer& d = dump->layers[static_cast<size_t>(layer)];
   if (dump->has_queries) {
     const size_t per_row = static_cast<size_t>(d.q_heads) * kQkDim;
     std::vector<uint16_t> q(d.q.end() - static_cast<std::ptrdiff_t>(o.rows * per_row), d.q.end());
     return detail::queries_from_bf16(std::move(q), o.rows, d.q_heads);
   }
-  detail::QueryModel model;
-  model.seed = w.seed();
-  model.channel_scale = &d.channel_rms;
-  model.rope_scale = d.rope_rms;
-  // The dump's keys carry their own positions: the query's RoPE part is a random direction.
-  model.rope = [](const double* in, int64_t, double* out) { std::copy(in, in + kRopeDim, out); };
-  return detail::synthesize_queries(model, layer, ctx, o);
+  return detail::synthesize_queries(detail::dump_layer_model(d, w.seed()), layer, ctx, o);
+}
+
+// Where a dump's needle contexts come from, and which lengths draw with replacement.
+void describe_dump_needles(const DumpWorkload& d, EvalReport& report) {
+  const int64_t pool = d.layers.front().evaluation.count;
+  report.needle_pool_tokens = pool;
+  std::string longer;
+  for (int64_t len : report.needle_lengths) {
+    report.needle_with_replacement.push_back(len > pool);
+    if (len > pool) longer += (longer.empty() ? "" : ", ") + std::to_string(len);
+  }
+  report.needle_source = "distractors from each needle layer's " + std::to_string(pool) +
+                         " evaluated dump tokens (a context of n tokens takes the first n" +
+                         (longer.empty() ? "" : "; contexts of " + longer + " tokens draw them with replacement") +
+                         "); needle, hard distractors and query built as in the synthetic test from the layer's "
+                         "calibration-half channel RMS";
 }
 
 }  // namespace
 
 EvalReport run_evaluation(const EvalOptions& requested, const ProgressFn& progress) {
-  validate(requested);
   const std::vector<EvalMode> modes = selected_modes(requested.modes);
   const auto start = std::chrono::steady_clock::now();
-  const ResolvedDevice device = resolve_device(requested.device);
-  // With a dump, its tokens replace the synthetic model's evaluation and calibration samples.
+  // With a dump, its tokens replace the synthetic model's samples in every stage.
   std::unique_ptr<DumpWorkload> dump;
   if (!requested.dump.empty()) dump = std::make_unique<DumpWorkload>(read_dump(requested.dump));
+  validate(requested, dump ? dump->num_layers() : requested.shape.num_layers);
+  const ResolvedDevice device = resolve_device(requested.device);
   const EvalOptions options = dump ? options_for_dump(requested, *dump) : requested;
   const SyntheticWorkload workload(options.seed, options.shape);
   const int layers = dump ? dump->num_layers() : workload.num_layers();
@@ -229,7 +229,7 @@ EvalReport run_evaluation(const EvalOptions& requested, const ProgressFn& progre
     detail::StageProgress stage(progress, attention ? "layers (latent+attention)" : "layers (latent)", layers);
     detail::parallel_for(layers, threads, [&](int64_t li) {
       const int l = static_cast<int>(li);
-      TokenBlock tokens = dump ? first_tokens(dump->layers[static_cast<size_t>(li)].evaluation, sample) : workload.tokens(l, Sample::evaluation, 0, 0, sample);
+      TokenBlock tokens = dump ? detail::first_tokens(dump->layers[static_cast<size_t>(li)].evaluation, sample) : workload.tokens(l, Sample::evaluation, 0, 0, sample);
       const int64_t latent_count = std::min(sample, options.tokens_per_layer);
       double sum2 = 0.0;
       float amax = 0.0f;
@@ -263,19 +263,28 @@ EvalReport run_evaluation(const EvalOptions& requested, const ProgressFn& progre
     });
   }
 
-  if (options.sweep.enabled) detail::run_magnitude_sweep(workload, options.sweep, report, progress, threads);
+  if (options.sweep.enabled) {
+    const int layer = options.sweep.layer < 0 ? layers / 2 : options.sweep.layer;
+    if (layer >= layers) throw Error("--sweep-layer " + std::to_string(layer) + " is not a layer of the workload");
+    detail::run_magnitude_sweep(dump ? detail::dump_sweep_source(*dump, layer, options.sweep.tokens)
+                                     : detail::synthetic_sweep_source(workload, layer, options.sweep.tokens),
+                                options.sweep, report, progress, threads);
+  }
 
   if (options.needle.enabled) {
     report.needle_layers = options.needle.layers.empty() ? default_needle_layers(layers) : options.needle.layers;
     report.needle_lengths = options.needle.lengths;
     report.needle_depths = options.needle.depths;
+    if (dump) describe_dump_needles(*dump, report);
+    else report.needle_source = "synthetic distractors of the layer";
     const int64_t cells = static_cast<int64_t>(report.needle_layers.size() * report.needle_lengths.size() * report.needle_depths.size());
     detail::StageProgress stage(progress, "needle retention", cells);
     std::vector<std::vector<NeedleGrid>> per_layer(report.needle_layers.size());
     detail::parallel_for(static_cast<int64_t>(per_layer.size()), threads, [&](int64_t i) {
-      per_layer[static_cast<size_t>(i)] = detail::run_needle_layer(workload, report.needle_layers[static_cast<size_t>(i)],
-                                                                   options.needle, options.attention.topk, configs,
-                                                                   device.device, [&stage] { stage.advance(); });
+      const int layer = report.needle_layers[static_cast<size_t>(i)];
+      per_layer[static_cast<size_t>(i)] = detail::run_needle_layer(
+          dump ? detail::dump_needle_source(*dump, layer, options.seed) : detail::synthetic_needle_source(workload, layer), layer,
+          options.needle, options.attention.topk, configs, device.device, [&stage] { stage.advance(); });
     });
     for (const auto& grids : per_layer)
       for (size_t m = 0; m < grids.size(); ++m) report.modes[m].needle.push_back(grids[m]);

@@ -1,7 +1,8 @@
 // Needle retention: a needle token whose key aligns with the query is planted at several depths
-// of contexts of several lengths, among distractors drawn from the same layer plus "hard"
-// distractors that share part of the needle's content. The indexer (exact logits, the same for
-// every format) selects the top-k; each format then scores the selection from its records.
+// of contexts of several lengths, among distractors drawn from the same layer (synthetic or a
+// dump's, see NeedleSource) plus "hard" distractors that share part of the needle's content.
+// The indexer (exact logits, the same for every format) selects the top-k; each format then
+// scores the selection from its records.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -39,7 +40,7 @@ double exact_logit(const uint16_t* kv, const uint16_t* pe, const double* q) {
 
 }  // namespace
 
-std::vector<NeedleGrid> run_needle_layer(const SyntheticWorkload& w, int layer, const NeedleOptions& o, int topk,
+std::vector<NeedleGrid> run_needle_layer(const NeedleSource& src, int layer, const NeedleOptions& o, int topk,
                                          const std::vector<FormatConfig>& configs, Device device,
                                          const std::function<void()>& cell_done) {
   const size_t modes = configs.size();
@@ -49,12 +50,13 @@ std::vector<NeedleGrid> run_needle_layer(const SyntheticWorkload& w, int layer, 
     g.layer = layer;
     g.cells.resize(o.lengths.size() * depths);
   }
-  const std::vector<float>& c = w.channel_scale(layer);
+  const LayerModel& model = src.model;
+  const std::vector<float>& c = *model.channel_scale;
   for (size_t li = 0; li < o.lengths.size(); ++li) {
     const int64_t length = o.lengths[li];
-    Rng rng(stream_key(w.seed(), static_cast<uint64_t>(Sample::needle), static_cast<uint64_t>(layer),
+    Rng rng(stream_key(model.seed, static_cast<uint64_t>(Sample::needle), static_cast<uint64_t>(layer),
                        static_cast<uint64_t>(length)));
-    TokenBlock ctx = w.tokens(layer, Sample::needle, static_cast<uint64_t>(length), 0, length);
+    TokenBlock ctx = src.context(length);
 
     // The needle: typical magnitude (1), its own content and RoPE base.
     double z_needle[kLatentDim], needle_rope[kRopeDim];
@@ -63,15 +65,15 @@ std::vector<NeedleGrid> run_needle_layer(const SyntheticWorkload& w, int layer, 
     double needle_norm2 = 0.0;
     for (double v : z_needle) needle_norm2 += v * v;
     uint16_t needle_kv[kLatentDim], needle_pe[kRopeDim];  // its latent does not depend on the position
-    w.make_token(layer, z_needle, 1.0, needle_rope, 0, needle_kv, needle_pe);
+    model.make_token(z_needle, 1.0, needle_rope, 0, needle_kv, needle_pe);
 
     // The query matches the needle's content; its RoPE part is a small random term.
     double q[kQkDim] = {};
     add_matched_query(needle_kv, c, o.needle_logit / kSmScale, q);
     double q_rope[kRopeDim];
-    const double rope_base_scale = o.rope_logit_std / (kSmScale * w.rope_scale(layer) * std::sqrt(double(kRopeDim)));
+    const double rope_base_scale = o.rope_logit_std / (kSmScale * model.rope_scale * std::sqrt(double(kRopeDim)));
     for (double& v : q_rope) v = rope_base_scale * rng.normal();
-    w.apply_rope(q_rope, length, q + kLatentDim);
+    model.rope(q_rope, length, q + kLatentDim);
     for (double& v : q) v = codec::bf16_decode(codec::bf16_encode_rn(static_cast<float>(v)));  // BF16 query
 
     // Hard distractors: larger tokens sharing a fraction of the needle's content, so their logit
@@ -97,7 +99,7 @@ std::vector<NeedleGrid> run_needle_layer(const SyntheticWorkload& w, int layer, 
       const double rescale = std::sqrt(needle_norm2 / other2);
       for (int d = 0; d < kLatentDim; ++d) z[d] = share * z_needle[d] + std::sqrt(1.0 - share * share) * rescale * other[d];
       for (double& v : base) v = rng.normal();
-      w.make_token(layer, z, magnitude, base, pos, ctx.kv_c.data() + pos * kLatentDim, ctx.k_pe.data() + pos * kRopeDim);
+      model.make_token(z, magnitude, base, pos, ctx.kv_c.data() + pos * kLatentDim, ctx.k_pe.data() + pos * kRopeDim);
     }
 
     std::vector<float> logits;
@@ -120,7 +122,7 @@ std::vector<NeedleGrid> run_needle_layer(const SyntheticWorkload& w, int layer, 
       Planted& pl = planted[di];
       pl.depth = di;
       pl.position = std::llround(o.depths[di] * static_cast<double>(length - 1));
-      w.make_token(layer, z_needle, 1.0, needle_rope, pl.position, pl.kv, pl.pe);
+      model.make_token(z_needle, 1.0, needle_rope, pl.position, pl.kv, pl.pe);
       const double needle_logit = exact_logit(pl.kv, pl.pe, q);
       // Top-k of the context with the needle at `position`: merge it into the ranking.
       for (size_t r = 0; r < ranked.size() && static_cast<int>(pl.indices.size()) < k; ++r) {

@@ -305,7 +305,8 @@ std::filesystem::path plot_magnitude(const EvalReport& r, const std::filesystem:
     band_ptr = &band;
   }
   draw_chart(c.cr(), Rect{0, 0, 720, 560},
-             "Latent error vs magnitude (layer " + std::to_string(r.sweep_layer) + " shape, " +
+             "Latent error vs magnitude (" + std::string(r.options.dump.empty() ? "layer " : "dump layer ") +
+                 std::to_string(r.sweep_layer) + (r.options.dump.empty() ? " shape, " : ", ") +
                  std::to_string(r.options.sweep.tokens) + " tokens)",
              x, y, series, band_ptr, "the workload's layers");
   return save_with_legend(c, series, dir / "error_vs_magnitude.png");

@@ -1,5 +1,6 @@
 // The evaluation report as JSON and as a readable table. Both are written from the same
 // EvalReport, so every number the table shows is in the JSON.
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -51,6 +52,27 @@ std::string percent(int64_t part, int64_t whole) {
   if (whole == 0) return "-";
   if (part == 0) return "0";
   return printf_string("%.3g%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+}
+
+// `text` broken at spaces into lines of at most ~110 characters; continuation lines indented
+// two more than `indent`.
+std::string wrapped(const std::string& text, const std::string& indent) {
+  constexpr size_t kWidth = 110;
+  std::string out, line = indent;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t end = std::min(text.find(' ', i), text.size());
+    const std::string word = text.substr(i, end - i);
+    if (line.size() > indent.size() + 2 && line.size() + 1 + word.size() > kWidth) {
+      out += line + "\n";
+      line = indent + "  ";
+    } else if (line.size() > indent.size() && line.back() != ' ') {
+      line += ' ';
+    }
+    line += word;
+    i = end + 1;
+  }
+  return out + line + "\n";
 }
 
 ojson summary_json(const Summary& s) {
@@ -105,8 +127,8 @@ void append_sweep_text(const EvalReport& r, std::string& s) {
     const double e = std::log10(r.sweep_rms[i]);
     if (std::fabs(e - std::round(e)) < 1e-9 || i + 1 == r.sweep_rms.size()) cols.push_back(i);
   }
-  s += "\n" + printf_string("Magnitude sweep: latent relative error of the same %d tokens (layer %d's shape) scaled to "
-                            "latent RMS\n", r.options.sweep.tokens, r.sweep_layer);
+  s += "\n" + wrapped("Magnitude sweep: latent relative error of " + r.sweep_source + " scaled to latent RMS", "");
+  if (!r.sweep_token_indices.empty()) s += "  (their latent RMS as dumped: " + sig3(r.sweep_source_rms) + ")\n";
   s += printf_string("  %-20s", "format / scale");
   for (size_t c : cols) s += printf_string(" %9s", sig3(r.sweep_rms[c]).c_str());
   s += "\n";
@@ -125,6 +147,7 @@ void append_needle_text(const EvalReport& r, std::string& s) {
   const size_t depths = r.needle_depths.size();
   s += "\n" + printf_string("Needle retention: %zu layers x %zu context lengths x %zu depths; top-%d selection by exact logits\n",
                             r.needle_layers.size(), r.needle_lengths.size(), depths, r.options.attention.topk);
+  if (r.needle_pool_tokens > 0) s += wrapped(r.needle_source, "  ");
   s += printf_string("  %-20s %9s %12s %11s %11s\n", "format / scale", "kept", "lost where", "mass ratio", "mass ratio");
   s += printf_string("  %-20s %9s %12s %11s %11s\n", "", "", "bf16 kept", "mean", "min");
   for (const ModeResult& m : r.modes)
@@ -192,13 +215,23 @@ std::string report_to_json(const EvalReport& r) {
                                         {"relevant_per_row", ao.relevant_per_row}, {"relevant_per_head", ao.relevant_per_head},
                                         {"peak_logit", ao.peak_logit}, {"rope_logit_std", ao.rope_logit_std}}
                                 : ojson(nullptr);
-  doc["sweep"] = r.options.sweep.enabled ? ojson{{"layer", r.sweep_layer}, {"tokens", r.options.sweep.tokens}, {"rms", r.sweep_rms}}
-                                         : ojson(nullptr);
+  const auto or_null = [&r](const auto& v) { return r.options.dump.empty() ? ojson(nullptr) : ojson(v); };
+  doc["sweep"] = r.options.sweep.enabled
+                     ? ojson{{"layer", r.sweep_layer},
+                             {"tokens", r.options.sweep.tokens},
+                             {"rms", r.sweep_rms},
+                             {"source", r.sweep_source},
+                             {"source_rms", r.sweep_source_rms},
+                             {"dump_token_indices", or_null(r.sweep_token_indices)},
+                             {"dump_calibration_token_indices", or_null(r.sweep_calibration_indices)}}
+                     : ojson(nullptr);
   const NeedleOptions& no = r.options.needle;
   doc["needle"] = no.enabled ? ojson{{"layers", r.needle_layers}, {"lengths", r.needle_lengths}, {"depths", r.needle_depths},
                                      {"topk", ao.topk}, {"needle_logit", no.needle_logit},
                                      {"distractor_min", no.distractor_min}, {"distractor_max", no.distractor_max},
-                                     {"rope_logit_std", no.rope_logit_std}}
+                                     {"rope_logit_std", no.rope_logit_std}, {"source", r.needle_source},
+                                     {"dump_pool_tokens", or_null(r.needle_pool_tokens)},
+                                     {"with_replacement", or_null(r.needle_with_replacement)}}
                              : ojson(nullptr);
   doc["capacity"] = ojson{
       {"definition", "tokens = floor(cache_bytes / (record_bytes * num_layers)): one record per token in every "

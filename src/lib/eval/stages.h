@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "nvfp4mla/calibration.h"
 #include "nvfp4mla/config.h"
 #include "nvfp4mla/eval/backend.h"
+#include "nvfp4mla/eval/dump.h"
 #include "nvfp4mla/eval/evaluation.h"
 #include "nvfp4mla/eval/workload.h"
 
@@ -64,18 +66,28 @@ struct LayerQueries {
   std::vector<uint16_t> q;
   std::vector<double> indexer;  // [rows, 576]
 };
-// Queries correlated with a few tokens of the context (peaked attention), synthesized from the
-// layer's stream `seed`: channel_scale shapes the matched directions, rope_scale (RMS of the RoPE
-// key values) sets the spread of the RoPE logits and rope(in, position, out) places the RoPE part.
-struct QueryModel {
+// A layer's token shape (the synthetic model's, or one measured on a dump's calibration half):
+// a token is value_scale * magnitude * channel_scale[c] * z[c] with the RoPE key
+// rope_scale * rope(base, position); `seed` keys the streams queries and needles draw from.
+struct LayerModel {
   uint64_t seed = 0;
   const std::vector<float>* channel_scale = nullptr;
+  double value_scale = 1.0;
   double rope_scale = 1.0;
   std::function<void(const double*, int64_t, double*)> rope;
+  // One token from unit-variance content z (512), a magnitude factor and a RoPE base (64); BF16 bits.
+  void make_token(const double* z, double magnitude, const double* rope_base, int64_t position, uint16_t* kv_c,
+                  uint16_t* k_pe) const;
 };
-LayerQueries synthesize_queries(const QueryModel& model, int layer, const TokenBlock& context, const AttentionOptions& options);
-// The synthetic workload's model of a layer's queries.
-QueryModel synthetic_query_model(const SyntheticWorkload& workload, int layer);
+LayerModel synthetic_layer_model(const SyntheticWorkload& workload, int layer);
+// A dump layer: channel RMS and RoPE RMS of its calibration half; its keys carry their own
+// positions, so `rope` leaves the base as it is.
+LayerModel dump_layer_model(const DumpLayer& layer, uint64_t seed);
+
+// Queries correlated with a few tokens of the context (peaked attention), synthesized from the
+// layer's stream: channel_scale shapes the matched directions, rope_scale sets the spread of the
+// RoPE logits and rope places the RoPE part.
+LayerQueries synthesize_queries(const LayerModel& model, int layer, const TokenBlock& context, const AttentionOptions& options);
 // Given BF16 queries [rows, heads, 576], the indexer's proxy queries.
 LayerQueries queries_from_bf16(std::vector<uint16_t> q, int rows, int heads);
 
@@ -87,13 +99,42 @@ struct LayerAttention {
 LayerAttention evaluate_layer_attention(int layer, const TokenBlock& context, const LayerQueries& queries, int topk,
                                         const std::vector<FormatConfig>& configs, Device device);
 
+// Tokens `rows` of a block, latent scaled by `scale` (rounded to BF16 again), RoPE key as it is.
+TokenBlock pick_tokens(const TokenBlock& tokens, const std::vector<int64_t>& rows, double scale = 1.0);
+TokenBlock first_tokens(const TokenBlock& tokens, int64_t count);
+
+// The magnitude sweep's tokens: tokens(Sample::sweep or Sample::sweep_calibration, scale) is the
+// evaluated or the calibration sample with its latent scaled by `scale` (1: as drawn).
+struct SweepSource {
+  int layer = 0;
+  int64_t count = 0;
+  std::function<TokenBlock(Sample, double)> tokens;
+  std::string description;                     // for the report
+  std::vector<int64_t> token_indices;          // a dump's: which of its tokens (evaluated, calibration)
+  std::vector<int64_t> calibration_indices;
+};
+SweepSource synthetic_sweep_source(const SyntheticWorkload& workload, int layer, int64_t count);
+// `count` evenly spaced tokens of each half of a dump layer (at most the half's size).
+SweepSource dump_sweep_source(const DumpWorkload& dump, int layer, int64_t count);
+
 // The magnitude sweep (all modes), written into report.sweep_* and each mode's sweep fields.
-void run_magnitude_sweep(const SyntheticWorkload& workload, const SweepOptions& options, EvalReport& report,
+void run_magnitude_sweep(const SweepSource& source, const SweepOptions& options, EvalReport& report,
                          const ProgressFn& progress, int threads);
 
+// A needle layer's tokens: the model its needle, hard distractors and query are built from, and
+// `length` context tokens (the ordinary distractors).
+struct NeedleSource {
+  LayerModel model;
+  std::function<TokenBlock(int64_t length)> context;
+};
+NeedleSource synthetic_needle_source(const SyntheticWorkload& workload, int layer);
+// Contexts from the layer's evaluation half: its first `length` tokens, or, for a longer
+// context, `length` draws with replacement.
+NeedleSource dump_needle_source(const DumpWorkload& dump, int layer, uint64_t seed);
+
 // One needle grid (layer x lengths x depths) for every mode.
-std::vector<NeedleGrid> run_needle_layer(const SyntheticWorkload& workload, int layer, const NeedleOptions& options,
-                                         int topk, const std::vector<FormatConfig>& configs, Device device,
+std::vector<NeedleGrid> run_needle_layer(const NeedleSource& source, int layer, const NeedleOptions& options, int topk,
+                                         const std::vector<FormatConfig>& configs, Device device,
                                          const std::function<void()>& cell_done);
 
 }  // namespace nvfp4mla::eval::detail

@@ -1,6 +1,7 @@
-// Magnitude sweep: the same tokens scaled to latent RMS magnitudes from min_rms to max_rms; the
-// latent error of every mode at each magnitude. Static mode is calibrated at each magnitude on a
-// separate sample scaled the same way (one calibration "layer" per magnitude).
+// Magnitude sweep: the same tokens (synthetic or a dump's, see SweepSource) scaled to latent RMS
+// magnitudes from min_rms to max_rms; the latent error of every mode at each magnitude. Static
+// mode is calibrated at each magnitude on a separate sample scaled the same way (one calibration
+// "layer" per magnitude).
 #include <cmath>
 
 #include "nvfp4mla/codec.h"
@@ -23,25 +24,29 @@ double rms_of(const TokenBlock& b) {
 
 }  // namespace
 
-void run_magnitude_sweep(const SyntheticWorkload& w, const SweepOptions& o, EvalReport& report,
-                         const ProgressFn& progress, int threads) {
+void run_magnitude_sweep(const SweepSource& src, const SweepOptions& o, EvalReport& report, const ProgressFn& progress,
+                         int threads) {
   if (o.tokens < 1) throw Error("--sweep-tokens must be at least 1");
   if (!(o.min_rms > 0.0) || !(o.max_rms >= o.min_rms) || o.points_per_decade < 1)
     throw Error("the sweep needs 0 < min magnitude <= max magnitude and at least one point per decade");
-  const int layer = o.layer < 0 ? w.num_layers() / 2 : o.layer;
-  if (layer >= w.num_layers()) throw Error("--sweep-layer " + std::to_string(layer) + " is not a layer of the workload");
-  report.sweep_layer = layer;
+  report.sweep_layer = src.layer;
+  report.sweep_source = src.description;
+  report.sweep_token_indices = src.token_indices;
+  report.sweep_calibration_indices = src.calibration_indices;
   report.sweep_rms.clear();
   const double decades = std::log10(o.max_rms / o.min_rms);
   const int points = static_cast<int>(std::floor(decades * o.points_per_decade + 1e-9)) + 1;
   for (int i = 0; i < points; ++i) report.sweep_rms.push_back(o.min_rms * std::pow(10.0, static_cast<double>(i) / o.points_per_decade));
 
-  // Unit-scale draws fix the shape; value_scale then sets the magnitude of the same tokens.
-  const double unit_rms = rms_of(w.tokens(layer, Sample::sweep, 0, 0, o.tokens, 1.0));
+  // The tokens as drawn fix the shape; a scale factor then sets the magnitude of the same tokens.
+  const double unit_rms = rms_of(src.tokens(Sample::sweep, 1.0));
+  if (!(unit_rms > 0.0))
+    throw Error("the magnitude sweep's tokens (layer " + std::to_string(src.layer) + ") are all zero: nothing to scale");
+  report.sweep_source_rms = unit_rms;
   std::vector<float> calibration_max(static_cast<size_t>(points));
   for (int i = 0; i < points; ++i) {
     const double scale = report.sweep_rms[static_cast<size_t>(i)] / unit_rms;
-    calibration_max[static_cast<size_t>(i)] = w.tokens(layer, Sample::sweep_calibration, 0, 0, o.tokens, scale).max_abs_kv_c();
+    calibration_max[static_cast<size_t>(i)] = src.tokens(Sample::sweep_calibration, scale).max_abs_kv_c();
   }
   const CalibrationFile file(Calibration::from_max_abs(calibration_max));
   std::vector<FormatConfig> configs;
@@ -53,7 +58,7 @@ void run_magnitude_sweep(const SyntheticWorkload& w, const SweepOptions& o, Eval
   StageProgress stage(progress, "magnitude sweep", points);
   parallel_for(points, threads, [&](int64_t i) {
     const double scale = report.sweep_rms[static_cast<size_t>(i)] / unit_rms;
-    const TokenBlock tokens = w.tokens(layer, Sample::sweep, 0, 0, o.tokens, scale);
+    const TokenBlock tokens = src.tokens(Sample::sweep, scale);
     for (size_t m = 0; m < configs.size(); ++m) {
       const LatentMeasure r = measure_latent(configs[m], configs[m].layer_scale_for(static_cast<int>(i)), tokens);
       report.modes[m].sweep_relative_error[static_cast<size_t>(i)] = r.error.mean_relative_error();

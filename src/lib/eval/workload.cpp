@@ -79,17 +79,6 @@ void SyntheticWorkload::apply_rope(const double* in, int64_t position, double* o
   }
 }
 
-void SyntheticWorkload::make_token(int layer, const double* z, double magnitude, const double* rope_base,
-                                   int64_t position, uint16_t* kv_c, uint16_t* k_pe) const {
-  const Layer& L = layers_.at(static_cast<size_t>(layer));
-  const double a = L.value_scale * magnitude;
-  for (int c = 0; c < kLatentDim; ++c)
-    kv_c[c] = bf16_bits_finite(static_cast<float>(a * L.channel_scale[static_cast<size_t>(c)] * z[c]));
-  double rotated[kRopeDim];
-  apply_rope(rope_base, position, rotated);
-  for (int i = 0; i < kRopeDim; ++i) k_pe[i] = bf16_bits_finite(static_cast<float>(L.rope_scale * rotated[i]));
-}
-
 TokenBlock SyntheticWorkload::tokens(int layer, Sample sample, uint64_t index, int64_t first_position, int64_t count,
                                      double value_scale) const {
   if (layer < 0 || layer >= num_layers())
