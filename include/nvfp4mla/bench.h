@@ -2,6 +2,7 @@
 // GPU benchmarks of the decode kernel and the cache writer, with the device ceilings (copy
 // bandwidth, BF16 matrix rate through cuBLAS) measured in the same run. Timing: CUDA events
 // around each launch, warm-up first, L2 flushed before every timed iteration, medians.
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -54,5 +55,17 @@ struct Options {
 Ceilings measure_ceilings(const Options& opt);
 std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const Ceilings& ceil, const Options& opt);
 std::vector<WriteResult> run_write(const std::vector<WriteCase>& cases, const Ceilings& ceil, const Options& opt);
+
+// PNG figures (cairo) of the JSON files written by `nvfp4mla bench decode|extend|write --json`,
+// into `dir` (created if missing):
+//   decode_time.png       median microseconds per shape (rows x heads, file order), one series
+//                         per format and scale mode (decode and extend results)
+//   writer_bandwidth.png  the writer's % of the measured copy bandwidth per format, with the
+//                         50% bar of issue 3
+// A figure is written when some file has its results. Returns the paths written. Throws Error
+// naming the file (and the missing field) for unreadable or unknown JSON, when the library
+// lacks cairo, or when a figure cannot be written. Every file is read before anything is written.
+std::vector<std::filesystem::path> write_plots(const std::vector<std::filesystem::path>& json_files,
+                                               const std::filesystem::path& dir);
 
 }  // namespace nvfp4mla::bench

@@ -1,6 +1,9 @@
-// nvfp4mla bench decode|write: GPU benchmarks with the device ceilings measured in the same run.
+// nvfp4mla bench decode|extend|write: GPU benchmarks with the device ceilings measured in the same
+// run; nvfp4mla bench plot: PNG figures of their --json files.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -161,6 +164,15 @@ void add_bench_command(CLI::App& app) {
   add_common(wr, *f);
   wr->add_option("--tokens", f->tokens, "tokens written per launch")->check(CLI::Range(int64_t(1), int64_t(1) << 26));
   wr->callback([f] { run_write_bench(*f); });
+  auto* plot = bench_cmd->add_subcommand("plot", "PNG figures of bench --json files: decode/extend times, writer bandwidth");
+  auto plot_files = std::make_shared<std::vector<std::string>>();
+  auto plot_dir = std::make_shared<std::string>();
+  plot->add_option("--json", *plot_files, "a JSON file of bench decode|extend|write (repeat for several)")->required();
+  plot->add_option("--out", *plot_dir, "folder for decode_time.png / writer_bandwidth.png (created if missing)")->required();
+  plot->callback([plot_files, plot_dir] {
+    const std::vector<std::filesystem::path> files(plot_files->begin(), plot_files->end());
+    for (const auto& p : bench::write_plots(files, *plot_dir)) std::printf("%s\n", p.string().c_str());
+  });
 }
 
 }  // namespace nvfp4mla::cli

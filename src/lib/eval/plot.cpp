@@ -2,261 +2,29 @@
 #include "nvfp4mla/eval/plot.h"
 
 #include "nvfp4mla/error.h"
+#include "plot/chart.h"
 
 #if defined(NVFP4MLA_WITH_CAIRO)
-#include <cairo.h>
-#include <fontconfig/fontconfig.h>
-
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <limits>
-#include <numbers>
 #include <string>
 #endif
 
 namespace nvfp4mla::eval {
 
+bool plotting_available() { return plot::available(); }
+
 #if !defined(NVFP4MLA_WITH_CAIRO)
 
-bool plotting_available() { return false; }
-
-std::vector<std::filesystem::path> write_plots(const EvalReport&, const std::filesystem::path&) {
-  throw Error("PNG figures need cairo, which this build lacks: install libcairo2-dev (scripts/install-deps.sh), "
-              "then reconfigure and rebuild");
-}
+std::vector<std::filesystem::path> write_plots(const EvalReport&, const std::filesystem::path&) { plot::unavailable(); }
 
 #else
 
-bool plotting_available() { return true; }
-
 namespace {
 
-struct Rgb {
-  double r, g, b;
-};
-struct Style {
-  Rgb color;
-  bool dashed;
-};
+using namespace nvfp4mla::plot;
 
-// One look per mode, the same in every figure: red = implicit, green = static, blue = dynamic;
-// dashed = the 432-byte record.
-Style mode_style(const EvalMode& m) {
-  if (m.dtype == CacheDtype::bf16) return {{0.0, 0.0, 0.0}, false};
-  if (m.dtype == CacheDtype::fp8_ds_mla) return {{0.45, 0.45, 0.45}, false};
-  const bool dashed = m.rope == RopeEncoding::bf16;
-  switch (m.scale_mode.value_or(ScaleMode::implicit)) {
-    case ScaleMode::implicit: return {{0.84, 0.15, 0.16}, dashed};
-    case ScaleMode::static_calibrated: return {{0.17, 0.60, 0.17}, dashed};
-    case ScaleMode::dynamic: return {{0.12, 0.40, 0.75}, dashed};
-  }
-  return {{0, 0, 0}, false};
-}
-
-struct Rect {
-  double x, y, w, h;
-};
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-// A white canvas; save() writes the PNG through a temporary name.
-class Canvas {
- public:
-  Canvas(int width, int height)
-      : surface_(cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height)), cr_(cairo_create(surface_)) {
-    cairo_set_source_rgb(cr_, 1, 1, 1);
-    cairo_paint(cr_);
-    cairo_select_font_face(cr_, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  }
-  ~Canvas() {
-    cairo_destroy(cr_);
-    cairo_surface_destroy(surface_);
-  }
-  Canvas(const Canvas&) = delete;
-  Canvas& operator=(const Canvas&) = delete;
-  cairo_t* cr() const { return cr_; }
-  void save(const std::filesystem::path& path) const {
-    const std::filesystem::path partial = path.string() + ".partial";
-    cairo_surface_flush(surface_);
-    if (cairo_surface_write_to_png(surface_, partial.c_str()) != CAIRO_STATUS_SUCCESS) {
-      std::error_code ec;
-      std::filesystem::remove(partial, ec);
-      throw Error("cannot write the figure '" + path.string() + "'");
-    }
-    std::error_code ec;
-    std::filesystem::rename(partial, path, ec);
-    if (ec) throw Error("cannot write the figure '" + path.string() + "': " + ec.message());
-  }
-
- private:
-  cairo_surface_t* surface_;
-  cairo_t* cr_;
-};
-
-// Text anchored at (x, y): align 0 = left, 0.5 = centre, 1 = right; y is the baseline.
-void text(cairo_t* cr, double x, double y, const std::string& s, double size, double align = 0.0, bool bold = false,
-          bool vertical = false) {
-  cairo_save(cr);
-  cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_font_size(cr, size);
-  cairo_text_extents_t e;
-  cairo_text_extents(cr, s.c_str(), &e);
-  cairo_move_to(cr, x, y);
-  if (vertical) cairo_rotate(cr, -std::numbers::pi / 2);
-  cairo_rel_move_to(cr, -align * e.x_advance, 0);
-  cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-  cairo_show_text(cr, s.c_str());
-  cairo_restore(cr);
-}
-
-struct Axis {
-  double lo = 0, hi = 1;
-  bool log = false;
-  std::string label;
-  // Position of v along [a, b].
-  double map(double v, double a, double b) const {
-    const double t = log ? (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) : (v - lo) / (hi - lo);
-    return a + t * (b - a);
-  }
-  std::vector<double> ticks() const {
-    std::vector<double> t;
-    if (log) {
-      for (int k = static_cast<int>(std::ceil(std::log10(lo) - 1e-9)); k <= static_cast<int>(std::floor(std::log10(hi) + 1e-9)); ++k)
-        t.push_back(std::pow(10.0, k));
-      return t;
-    }
-    const double raw = (hi - lo) / 6.0;
-    const double p = std::pow(10.0, std::floor(std::log10(raw)));
-    double step = p;
-    for (double m : {1.0, 2.0, 5.0, 10.0})
-      if (m * p >= raw) {
-        step = m * p;
-        break;
-      }
-    for (double v = std::ceil(lo / step) * step; v <= hi + 1e-9 * step; v += step) t.push_back(v);
-    return t;
-  }
-};
-
-std::string tick_label(double v, bool log) {
-  if (log) {
-    const int k = static_cast<int>(std::lround(std::log10(v)));
-    if (k >= -2 && k <= 3) return fmt("%g", v);
-    return "1e" + std::to_string(k);
-  }
-  return fmt("%g", v);
-}
-
-// A log axis covering the positive finite values (decade-aligned), or [1e-3, 1] without any.
-Axis log_axis_for(const std::vector<std::vector<double>>& values, const std::string& label) {
-  double lo = std::numeric_limits<double>::infinity(), hi = 0.0;
-  for (const auto& v : values)
-    for (double x : v)
-      if (x > 0.0 && std::isfinite(x)) {
-        lo = std::min(lo, x);
-        hi = std::max(hi, x);
-      }
-  Axis a;
-  a.log = true;
-  a.label = label;
-  if (!(hi > 0.0)) {
-    a.lo = 1e-3;
-    a.hi = 1.0;
-    return a;
-  }
-  a.lo = std::pow(10.0, std::floor(std::log10(lo)));
-  a.hi = std::pow(10.0, std::ceil(std::log10(hi) + 1e-12));
-  if (a.hi <= a.lo) a.hi = a.lo * 10.0;
-  return a;
-}
-
-struct Series {
-  std::string label;
-  Style style;
-  std::vector<double> x, y;
-};
-
-void set_style(cairo_t* cr, const Style& s, double width) {
-  cairo_set_source_rgb(cr, s.color.r, s.color.g, s.color.b);
-  cairo_set_line_width(cr, width);
-  const double dash[2] = {7.0, 4.0};
-  cairo_set_dash(cr, dash, s.dashed ? 2 : 0, 0.0);
-}
-
-// Frame, grid, ticks, labels and the series of one chart inside `area`.
-void draw_chart(cairo_t* cr, const Rect& area, const std::string& title, const Axis& x, const Axis& y,
-                const std::vector<Series>& series, const Rect* band = nullptr, const std::string& band_label = "") {
-  const Rect p{area.x + 70, area.y + 30, area.w - 90, area.h - 75};
-  text(cr, area.x + area.w / 2, area.y + 18, title, 14, 0.5, true);
-  if (band) {  // a shaded x-range (e.g. where the workload's layers lie)
-    const double x0 = x.map(std::max(band->x, x.lo), p.x, p.x + p.w), x1 = x.map(std::min(band->w, x.hi), p.x, p.x + p.w);
-    cairo_set_source_rgb(cr, 0.93, 0.93, 0.97);
-    cairo_rectangle(cr, x0, p.y, x1 - x0, p.h);
-    cairo_fill(cr);
-    text(cr, (x0 + x1) / 2, p.y + 14, band_label, 11, 0.5);
-  }
-  cairo_set_dash(cr, nullptr, 0, 0);
-  cairo_set_line_width(cr, 1.0);
-  for (double t : x.ticks()) {
-    const double px = x.map(t, p.x, p.x + p.w);
-    cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-    cairo_move_to(cr, px, p.y);
-    cairo_line_to(cr, px, p.y + p.h);
-    cairo_stroke(cr);
-    text(cr, px, p.y + p.h + 16, tick_label(t, x.log), 11, 0.5);
-  }
-  for (double t : y.ticks()) {
-    const double py = y.map(t, p.y + p.h, p.y);
-    cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-    cairo_move_to(cr, p.x, py);
-    cairo_line_to(cr, p.x + p.w, py);
-    cairo_stroke(cr);
-    text(cr, p.x - 6, py + 4, tick_label(t, y.log), 11, 1.0);
-  }
-  cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
-  cairo_rectangle(cr, p.x, p.y, p.w, p.h);
-  cairo_stroke(cr);
-  text(cr, p.x + p.w / 2, p.y + p.h + 36, x.label, 12, 0.5);
-  text(cr, area.x + 16, p.y + p.h / 2, y.label, 12, 0.5, false, true);
-
-  cairo_save(cr);
-  cairo_rectangle(cr, p.x, p.y, p.w, p.h);
-  cairo_clip(cr);
-  for (const Series& s : series) {
-    set_style(cr, s.style, 2.0);
-    bool pen = false;
-    for (size_t i = 0; i < s.x.size(); ++i) {
-      const double v = s.y[i];
-      if (!std::isfinite(v) || (y.log && v <= 0.0)) {
-        pen = false;  // not drawable on this axis: break the line
-        continue;
-      }
-      const double px = x.map(s.x[i], p.x, p.x + p.w), py = y.map(std::clamp(v, y.lo, y.hi), p.y + p.h, p.y);
-      if (pen) cairo_line_to(cr, px, py);
-      else cairo_move_to(cr, px, py);
-      pen = true;
-    }
-    cairo_stroke(cr);
-  }
-  cairo_restore(cr);
-}
-
-void draw_legend(cairo_t* cr, double x, double y, const std::vector<Series>& series, double row = 18) {
-  for (size_t i = 0; i < series.size(); ++i) {
-    const double yy = y + static_cast<double>(i) * row;
-    set_style(cr, series[i].style, 2.5);
-    cairo_move_to(cr, x, yy - 4);
-    cairo_line_to(cr, x + 28, yy - 4);
-    cairo_stroke(cr);
-    cairo_set_dash(cr, nullptr, 0, 0);
-    text(cr, x + 34, yy, series[i].label, 12);
-  }
-}
+// One look per mode, the same in every figure (plot::format_style).
+Style mode_style(const EvalMode& m) { return format_style(m.dtype, m.rope.value_or(RopeEncoding::fp8), m.scale_mode); }
 
 std::vector<double> layer_axis_values(int layers) {
   std::vector<double> v(static_cast<size_t>(layers));
@@ -275,12 +43,6 @@ std::vector<Series> mode_series(const EvalReport& r, const std::vector<double>& 
   return out;
 }
 
-std::vector<std::vector<double>> ys(const std::vector<Series>& s) {
-  std::vector<std::vector<double>> v;
-  for (const auto& e : s) v.push_back(e.y);
-  return v;
-}
-
 // The mode legend to the right of the charts, then the file.
 std::filesystem::path save_with_legend(const Canvas& c, const std::vector<Series>& series, const std::filesystem::path& path) {
   draw_legend(c.cr(), 730, 60, series);
@@ -297,18 +59,17 @@ std::filesystem::path plot_magnitude(const EvalReport& r, const std::filesystem:
   Axis x{r.sweep_rms.front(), r.sweep_rms.back(), true, "latent RMS magnitude (the same tokens, scaled)"};
   Axis y = log_axis_for(ys(series), "latent relative error");
   y.hi = std::max(y.hi, 1.0);
-  Rect band{0, 0, 0, 0};
-  const Rect* band_ptr = nullptr;
+  ChartExtras extras;
   if (!r.layer_rms.empty()) {
-    band = Rect{*std::min_element(r.layer_rms.begin(), r.layer_rms.end()), 0,
-                *std::max_element(r.layer_rms.begin(), r.layer_rms.end()), 0};
-    band_ptr = &band;
+    extras.band = Rect{*std::min_element(r.layer_rms.begin(), r.layer_rms.end()), 0,
+                       *std::max_element(r.layer_rms.begin(), r.layer_rms.end()), 0};
+    extras.band_label = "the workload's layers";
   }
   draw_chart(c.cr(), Rect{0, 0, 720, 560},
              "Latent error vs magnitude (" + std::string(r.options.dump.empty() ? "layer " : "dump layer ") +
                  std::to_string(r.sweep_layer) + (r.options.dump.empty() ? " shape, " : ", ") +
                  std::to_string(r.options.sweep.tokens) + " tokens)",
-             x, y, series, band_ptr, "the workload's layers");
+             x, y, series, extras);
   return save_with_legend(c, series, dir / "error_vs_magnitude.png");
 }
 
@@ -421,21 +182,14 @@ std::filesystem::path plot_needle(const EvalReport& r, size_t g, const std::file
 }  // namespace
 
 std::vector<std::filesystem::path> write_plots(const EvalReport& r, const std::filesystem::path& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir))
-    throw Error("cannot create the figure folder '" + dir.string() + "'" + (ec ? ": " + ec.message() : ""));
+  make_folder(dir);
   std::vector<std::filesystem::path> out;
   if (r.modes.empty()) return out;
   if (!r.sweep_rms.empty()) out.push_back(plot_magnitude(r, dir));
   if (!r.modes.front().latent_relative_error.empty() || !r.modes.front().attention_relative_error.empty())
     out.push_back(plot_per_layer(r, dir));
   for (size_t g = 0; g < r.needle_layers.size(); ++g) out.push_back(plot_needle(r, g, dir));
-  // Drop cairo's and fontconfig's process-wide font caches: nothing of ours holds them now,
-  // and leak checkers (the sanitizer CI run) would otherwise report them at exit. They are
-  // rebuilt on the next use.
-  cairo_debug_reset_static_data();
-  FcFini();
+  release_font_caches();
   return out;
 }
 
