@@ -76,6 +76,14 @@ NVFP4MLA_HD float e4m3_decode(uint8_t b) {
 // ---- E2M1 (values 0, 0.5, 1, 1.5, 2, 3, 4, 6; sign in bit 3) ----------------------------
 inline constexpr float kE2M1Max = 6.0f;
 
+// Rounding bound k (0..6) of E2M1 magnitudes: the midpoint of magnitudes k and k + 1
+// (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5). A value on a bound rounds to the even code: up for
+// odd k, down for even k.
+NVFP4MLA_HD constexpr float e2m1_rounding_bound(int k) {
+  constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, kE2M1Max};
+  return 0.5f * (kMagnitudes[k] + kMagnitudes[k + 1]);
+}
+
 NVFP4MLA_HD uint8_t e2m1_encode(float x) {
   const uint32_t u = float_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;

@@ -48,7 +48,7 @@ NVFP4MLA_HD float nvfp4_dynamic_scale(float token_amax) { return token_amax * kI
 // Latent value relative to the outer scale: y = x / s, y = 0 when s = 0.
 NVFP4MLA_HD float nvfp4_prescale(float x, float s) { return s == 0.0f ? 0.0f : x / s; }
 // E4M3 group scale byte from the group's largest |y|.
-NVFP4MLA_HD uint8_t nvfp4_group_scale_byte(float group_amax) { return codec::e4m3_encode(group_amax / 6.0f); }
+NVFP4MLA_HD uint8_t nvfp4_group_scale_byte(float group_amax) { return codec::e4m3_encode(group_amax / codec::kE2M1Max); }
 // E2M1 nibble of y against the decoded group scale d (0 when d = 0).
 NVFP4MLA_HD uint8_t nvfp4_nibble(float y, float d) { return d == 0.0f ? uint8_t(0) : codec::e2m1_encode(y / d); }
 // FP8 RoPE scale of the 368-byte record: rs = rope_amax * C448.

@@ -151,3 +151,15 @@ TEST(Codec, Bf16AndFp16) {
   EXPECT_EQ(nc::fp16_decode(0xFBFF), -65504.0f);
   EXPECT_TRUE(std::isinf(nc::fp16_decode(0x7C00)));
 }
+
+TEST(CodecE2M1, RoundingBoundsAreTheMidpointsWithTiesToEven) {
+  for (int k = 0; k < 7; ++k) {
+    const float lo = nc::e2m1_decode(static_cast<uint8_t>(k)), hi = nc::e2m1_decode(static_cast<uint8_t>(k + 1));
+    const float b = nc::e2m1_rounding_bound(k);
+    EXPECT_EQ(b, 0.5f * (lo + hi)) << k;
+    // On the bound: the even code (k odd -> k + 1); just above it: k + 1; just below: k.
+    EXPECT_EQ(nc::e2m1_encode(b), (k & 1) ? k + 1 : k) << k;
+    EXPECT_EQ(nc::e2m1_encode(std::nextafter(b, 10.0f)), k + 1) << k;
+    EXPECT_EQ(nc::e2m1_encode(std::nextafter(b, 0.0f)), k) << k;
+  }
+}

@@ -79,8 +79,7 @@ struct Nvfp4Bounds {
 // The k-th bound of (2) before the strict bounds' step: RU(s (P - h)) for odd k (|x| >= it),
 // RD(s (P + h)) for even k (|x| > it); s24 = s * 2^-24.
 NVFP4MLA_HD float nvfp4_directed_bound(int k, float d, float s, float s24) {
-  const float t[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  const float p = t[k] * d;
+  const float p = codec::e2m1_rounding_bound(k) * d;
   const float h = s24 * codec::bits_float(codec::float_bits(p) & 0x7F800000u);  // s ulp(P) / 2
   return (k & 1) ? fma_directed(s, p, -h, true) : fma_directed(s, p, h, false);
 }
@@ -122,7 +121,7 @@ NVFP4MLA_HD uint32_t nvfp4_nibble(float x, const Nvfp4Bounds& bd) {
 // `unit` for the implicit mode, else s = 0 or s in [kMinFastScale, kMaxFastScale].
 NVFP4MLA_HD uint8_t nvfp4_group(const float (&x)[16], float gmax, float s, bool unit, uint32_t (&nib)[2]) {
   const float ymax = unit ? gmax : record::nvfp4_prescale(gmax, s);  // RN(x / s) is monotone
-  const uint8_t byte = static_cast<uint8_t>(e4m3x2(ymax / 6.0f, 0.0f) & 0xFFu);
+  const uint8_t byte = static_cast<uint8_t>(e4m3x2(ymax / codec::kE2M1Max, 0.0f) & 0xFFu);
   const Nvfp4Bounds bd = nvfp4_bounds(e4m3_decode(byte), unit ? 1.0f : s);
   nib[0] = nib[1] = 0;
 #if defined(__CUDA_ARCH__)
@@ -210,7 +209,7 @@ NVFP4MLA_HD uint32_t bf16_abs_max_bits(const uint32_t (&w)[N]) {
 NVFP4MLA_HD uint8_t nvfp4_group_bf16(const uint32_t (&w)[8], uint32_t gbits, float s, bool unit, uint32_t (&nib)[2]) {
   const float gmax = codec::bits_float(gbits << 16);
   const float ymax = unit ? gmax : record::nvfp4_prescale(gmax, s);
-  const uint8_t byte = static_cast<uint8_t>(e4m3x2(ymax / 6.0f, 0.0f) & 0xFFu);
+  const uint8_t byte = static_cast<uint8_t>(e4m3x2(ymax / codec::kE2M1Max, 0.0f) & 0xFFu);
   const float d = e4m3_decode(byte);
   uint32_t b[7];
   nvfp4_bounds_bf16x2(d, unit ? 1.0f : s, b);

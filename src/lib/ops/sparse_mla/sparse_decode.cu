@@ -25,6 +25,7 @@
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/error.h"
 #include "ops/sparse_mla/cluster_sm90.cuh"
+#include "ops/sparse_mla/format_dispatch.cuh"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
 #include "ops/sparse_mla/wgmma_sm90.cuh"
@@ -772,31 +773,6 @@ void dispatch_heads(const DecodePlan& plan, const DecodeParams& p, int rows, cud
   }
 }
 
-void dispatch_format(const RecordSpec& spec, const DecodePlan& plan, const DecodeParams& p, int rows,
-                     cudaStream_t stream) {
-  using D = CacheDtype;
-  using R = RopeEncoding;
-  using M = ScaleMode;
-  if (spec.dtype == D::bf16) return dispatch_heads<Format<D::bf16, R::bf16, M::implicit>>(plan, p, rows, stream);
-  if (spec.dtype == D::fp8_ds_mla) return dispatch_heads<Format<D::fp8_ds_mla, R::bf16, M::implicit>>(plan, p, rows, stream);
-  if (spec.rope == R::fp8) {
-    switch (spec.scale_mode) {
-      case M::implicit: return dispatch_heads<Format<D::nvfp4_ds_mla, R::fp8, M::implicit>>(plan, p, rows, stream);
-      case M::static_calibrated:
-        return dispatch_heads<Format<D::nvfp4_ds_mla, R::fp8, M::static_calibrated>>(plan, p, rows, stream);
-      case M::dynamic: return dispatch_heads<Format<D::nvfp4_ds_mla, R::fp8, M::dynamic>>(plan, p, rows, stream);
-    }
-  } else {
-    switch (spec.scale_mode) {
-      case M::implicit: return dispatch_heads<Format<D::nvfp4_ds_mla, R::bf16, M::implicit>>(plan, p, rows, stream);
-      case M::static_calibrated:
-        return dispatch_heads<Format<D::nvfp4_ds_mla, R::bf16, M::static_calibrated>>(plan, p, rows, stream);
-      case M::dynamic: break;
-    }
-  }
-  throw Error("sparse decode: dynamic scale mode requires the 368-byte (fp8 RoPE) record");
-}
-
 }  // namespace
 
 int current_sm_count() {
@@ -852,7 +828,8 @@ void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
     p.part_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_out_offset);
     p.part_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_lse_offset);
   }
-  dispatch_format(spec, plan, p, a.rows, stream);
+  with_record_format(spec, "sparse decode",
+                     [&](auto format) { dispatch_heads<decltype(format)>(plan, p, a.rows, stream); });
   if (plan.splits > 1) {
     const int64_t n = static_cast<int64_t>(a.rows) * a.heads;
     merge_splits_kernel<<<static_cast<unsigned>(n), kMergeThreads, plan.splits * sizeof(float), stream>>>(
