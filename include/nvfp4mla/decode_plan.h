@@ -61,8 +61,9 @@ struct DecodePlan {
 };
 
 // The planner: tile configuration from the head count (8 and 16 heads use 16-row tiles, 32
-// heads 32-row tiles, more heads 64-row tiles); splits so that the grid fills about two waves
-// of resident CTAs without splitting below one tile or 64 entries (so splits <= ceil(topk/64)).
+// heads 32-row tiles, more heads 64-row tiles); splits minimizing (waves of resident CTAs) x
+// (tiles per split), the fewest on ties, without splitting below one tile or 64 entries (so
+// splits <= ceil(topk/64)).
 // `forced_splits` > 0 overrides (clamped the same way).
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count,
                               int forced_splits = 0);

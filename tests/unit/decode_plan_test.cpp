@@ -31,10 +31,18 @@ TEST(DecodePlan, SplitsFillTheMachineWithoutEmptySplits) {
         EXPECT_LE(p.splits, (topk + 63) / 64);
         EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
         EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);  // the last split has work
-        // At least one full wave of resident CTAs whenever the tiles allow more splits (the
-        // planner aims at two; removing empty splits may round that down).
-        if (p.splits < std::min(p.num_tiles, (topk + 63) / 64)) EXPECT_GE(p.ctas(rows), int64_t(132) * p.ctas_per_sm);
+        // Nearly a full wave of resident CTAs whenever the tiles allow more splits, and no
+        // other split count has a smaller (waves x tiles per split) estimate.
+        const int64_t slots = int64_t(132) * p.ctas_per_sm;
+        if (p.splits < std::min(p.num_tiles, (topk + 63) / 64)) EXPECT_GE(p.ctas(rows) * 10, slots * 9);
+        const auto estimate = [&](const DecodePlan& q) { return (q.ctas(rows) + slots - 1) / slots * (q.tiles_per_split + 4); };
+        for (int s = 1; s <= std::min(p.num_tiles, (topk + 63) / 64); ++s)
+          EXPECT_LE(estimate(p), estimate(plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, 132, s))) << s;
       }
+  // Rows 256 x 64 heads: two waves of whole rows beat four waves of half rows plus a merge.
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 64, 2048, 132).splits, 1);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 128, 2048, 132).splits, 1);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132).splits, 3);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, 132, 7).splits, 7);
   const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, 132, 50);
   EXPECT_EQ(clamped.splits, 2);  // at least 64 entries per split
