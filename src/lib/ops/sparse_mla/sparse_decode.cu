@@ -420,37 +420,24 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 // ---- warp-specialized decode for 64-head tiles (sm_90a, wgmma) -----------------------------
 //
 // Four warpgroups: two producer warpgroups gather raw records (cp.async, kStages tiles ahead)
-// and dequantize each 32-entry tile into one of kKBufs K buffers; two consumer warpgroups run
-// the attention on the buffers with warpgroup MMAs, so dequantization overlaps the matrix work.
-// Q and the K buffers are stored as 8x8 core matrices (wgmma_sm90.cuh), so one K buffer is the
-// B operand of both products; warp w of a consumer warpgroup holds heads 16(w%4)..+15.
-//
-// Consumer schedule ("tile ownership"): the output is 64 x 512 fp32, too large for one
-// warpgroup's registers, so consumer warpgroup c owns output dims [256c, +256). The tiles
-// alternate between them: the owner of tile i computes its full scores S = Q K^T, the softmax
-// and the BF16 weights P_i, keeps P_i in registers for its own half of O += P V and hands P_i
-// to the other warpgroup through shared memory for the other half. No score is computed twice
-// and no softmax runs twice, and while one warpgroup is in its softmax the other's MMAs keep
-// the tensor cores busy. Both halves of O must use the same softmax reference, so the
-// reference is one chain across tiles: r_i = max_i if the tile's row maximum exceeds r_{i-1} by
-// more than 2^kLazyRescaleLog2, else r_{i-1} (lazy rescaling: weights stay below 2^8). The
-// owner of tile i reads r_{i-1} from the other warpgroup (published with P_{i-1}) and
-// publishes r_i with P_i; each warpgroup rescales its half of O whenever the reference it
-// meets moves. Each warpgroup sums the weights of its own tiles; the two sums are added at
-// the end (both are relative to the last reference by then).
+// and dequantize each 32-entry tile into one of two K buffers, while two consumer warpgroups run
+// S = Q K^T, the softmax and O += P V on the other buffer with warpgroup MMAs, so
+// dequantization overlaps the matrix work. Consumer warpgroup `half` sums the scores over dims
+// [288 * half, +288) (the halves add their partial scores through shared memory) and owns output
+// dims [256 * half, +256); its warp w holds heads 16w..16w+15 of both. Q and the K buffers are
+// stored as 8x8 core matrices (wgmma_sm90.cuh), so one K buffer is the B operand of both products.
 //
 // kPair: the two 64-head groups of a row (128 heads) run as a 2-CTA cluster on the same
 // entries; each CTA gathers and dequantizes half of every tile and writes it into both CTAs'
 // K buffers, so a tile is dequantized once per row instead of once per head group.
-// Handoffs are mbarriers (cluster scope for producer/consumer in pairs; P ready / P buffer
-// free between the consumer warpgroups); setmaxnreg moves registers to the consumers.
+// Full/empty handoffs are mbarriers (cluster scope for pairs); setmaxnreg moves registers to
+// the consumers.
 constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256, kWsProducers = kWsThreads - kWsConsumers;
-constexpr int kWsVHalf = kLatentDim / 2;  // output dims per consumer warpgroup
-constexpr int kWsMaxKBufs = 3;
-// Named barriers: 1 both consumer warpgroups, 2 the producers.
+constexpr int kWsQkHalf = kQkDim / 2, kWsVHalf = kLatentDim / 2;  // each consumer half's dims
+constexpr int kWsScoreStride = kWsTile + 8;
 constexpr int kBarConsumer = 1, kBarProducer = 2;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
-static_assert(kQkDim % 16 == 0 && kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: k16 steps, n256 for PV, n32 for QK");
+static_assert(kWsQkHalf % 16 == 0 && kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: k16 steps, n256 for PV, n32 for QK");
 
 // Element offset of (row r, dim d) in a core-matrix tile of `rows` rows: dim blocks of 8 are
 // outermost, then rows, 8 dims (16 bytes) per row.
@@ -462,30 +449,20 @@ struct WsSmem {
   static constexpr int tokens_per_cta = kPair ? kWsTile / 2 : kWsTile;  // records this CTA gathers per tile
   static constexpr size_t q_bytes = size_t(kWsHeads) * kQkDim * 2;
   static constexpr size_t k_buf_bytes = size_t(kWsTile) * kQkDim * 2;
-  static constexpr size_t p_bytes = size_t(2) * kWsHeads * kWsTile * 2;  // BF16 weights [owner warpgroup]
-  static constexpr size_t ref_bytes = size_t(2) * kWsHeads * 4;  // references [owner warpgroup][row]
-  static constexpr size_t valid_bytes = size_t(kWsMaxKBufs) * kWsTile * 4;
-  static constexpr size_t bar_bytes = (2 * kWsMaxKBufs + 4) * 8;  // full[3], empty[3], p_ready[2], p_free[2]
+  static constexpr size_t sp_bytes = size_t(2) * 2 * kWsHeads * kWsScoreStride * 4;  // [buffer][half]
+  static constexpr size_t valid_bytes = size_t(2) * kWsTile * 4;
+  static constexpr size_t bar_bytes = 4 * 8;  // full[2], empty[2]
   static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
-  static constexpr size_t bytes_for(int kbufs, int stages) {
-    return q_bytes + kbufs * k_buf_bytes + p_bytes + ref_bytes + valid_bytes + bar_bytes + stages * raw_stage_bytes +
-           size_t(stages + 1) * kWsTile * 4;
-  }
-  static constexpr int max_stages(int kbufs) {
-    for (int s = 4; s > 1; --s)
-      if (bytes_for(kbufs, s) <= kDecodeSmemPerBlock) return s;
-    return 1;
-  }
-  // Three K buffers: the consumer schedule needs them (while a warpgroup finishes tile i - 1
-  // and computes tile i, the other starts tile i + 1; with two, the wait for tile i + 2 would
-  // wait on the waiter's own release of tile i). Records stages take what is left (one for
-  // 64-head fp8 and bf16 tiles).
-  static constexpr int kbufs = kWsMaxKBufs;
-  static constexpr int stages = max_stages(kbufs);
-  static constexpr size_t k_off = q_bytes, p_off = k_off + kbufs * k_buf_bytes, ref_off = p_off + p_bytes,
-                          valid_off = ref_off + ref_bytes, bar_off = valid_off + valid_bytes, raw_off = bar_off + bar_bytes,
-                          slot_off = raw_off + stages * raw_stage_bytes, total = bytes_for(kbufs, stages);
-  static_assert(kbufs == 3 && total <= kDecodeSmemPerBlock && bar_off % 8 == 0 && p_bytes >= 2 * kWsHeads * 4 * 2 * 4);
+  static constexpr size_t fixed = q_bytes + 2 * k_buf_bytes + sp_bytes + valid_bytes + bar_bytes;
+  static constexpr size_t bytes_for(int stages) { return fixed + stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4; }
+  static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
+                                : bytes_for(3) <= kDecodeSmemPerBlock ? 3
+                                : bytes_for(2) <= kDecodeSmemPerBlock ? 2
+                                                                      : 1;
+  static constexpr size_t k_off = q_bytes, sp_off = k_off + 2 * k_buf_bytes, valid_off = sp_off + sp_bytes,
+                          bar_off = valid_off + valid_bytes, raw_off = bar_off + bar_bytes,
+                          slot_off = raw_off + stages * raw_stage_bytes, total = bytes_for(stages);
+  static_assert(total <= kDecodeSmemPerBlock && bar_off % 8 == 0);
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -498,22 +475,18 @@ template <class F, bool kPair>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F, kPair>;
-  constexpr int kStages = Smem::stages, kSlotRing = kStages + 1, kTokens = Smem::tokens_per_cta, kKBufs = Smem::kbufs;
+  constexpr int kStages = Smem::stages, kSlotRing = kStages + 1, kTokens = Smem::tokens_per_cta;
   constexpr int kCtas = kPair ? 2 : 1;
   extern __shared__ __align__(128) uint8_t smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
-  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + Smem::p_off);
-  float* sRef = reinterpret_cast<float*>(smem + Smem::ref_off);
+  float* sP = reinterpret_cast<float*>(smem + Smem::sp_off);
   int32_t* sValid = reinterpret_cast<int32_t*>(smem + Smem::valid_off);
   uint8_t* sRaw = smem + Smem::raw_off;
   int32_t* sSlot = reinterpret_cast<int32_t*>(smem + Smem::slot_off);
   const uint32_t bar0 = ptx::smem_addr(smem + Smem::bar_off);
   auto full_bar = [&](int b) { return bar0 + 8 * b; };
-  auto empty_bar = [&](int b) { return bar0 + 8 * kWsMaxKBufs + 8 * b; };
-  // Consumer-consumer handoffs: P (and its reference) of warpgroup c is ready / has been read.
-  auto p_ready_bar = [&](int c) { return bar0 + 16 * kWsMaxKBufs + 8 * c; };
-  auto p_free_bar = [&](int c) { return bar0 + 16 * kWsMaxKBufs + 16 + 8 * c; };
+  auto empty_bar = [&](int b) { return bar0 + 16 + 8 * b; };
 
   const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
   const int heads_here = min(kWsHeads, p.heads - head0);
@@ -522,11 +495,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int len = row_length(p, row);
   const int tile_begin = split * p.tiles_per_split;
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
-  const int n_tiles = tile_end - tile_begin;
-  // Tile i of this split (counted from 0) lives in K buffer i % kKBufs, filled for the
-  // (i / kKBufs)-th time: the parity of that phase of its full/empty barriers.
-  auto k_buf = [&](int i) { return sK + (i % kKBufs) * kWsTile * kQkDim; };
-  auto phase = [&](int i) { return static_cast<uint32_t>((i / kKBufs) & 1); };
+  auto k_buf = [&](int i) { return sK + (i & 1) * kWsTile * kQkDim; };
   auto slot_of = [&](int t) { return sSlot + (t % kSlotRing) * kWsTile; };
   auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
 
@@ -545,13 +514,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       slot_of(t)[ptid] = entry_slot(p, row, len, t * kWsTile + ptid);
   if (tid == 0) {
     // Every producer (consumer) thread of both CTAs of a pair arrives once per phase.
-    for (int b = 0; b < kKBufs; ++b) {
+    for (int b = 0; b < 2; ++b) {
       cluster::mbarrier_init(full_bar(b), kWsProducers * kCtas);
       cluster::mbarrier_init(empty_bar(b), kWsConsumers * kCtas);
-    }
-    for (int c = 0; c < 2; ++c) {  // one consumer warpgroup arrives per phase
-      cluster::mbarrier_init(p_ready_bar(c), kWsConsumers / 2);
-      cluster::mbarrier_init(p_free_bar(c), kWsConsumers / 2);
     }
     cluster::fence_mbarrier_init();
   }
@@ -572,8 +537,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       else ptx::cp_async_commit();
     }
     for (int tile = tile_begin; tile < tile_end; ++tile) {
-      const int i = tile - tile_begin, b = i % kKBufs;
-      if (i >= kKBufs) cluster::wait(empty_bar(b), phase(i) ^ 1u);  // every consumer left this buffer
+      const int i = tile - tile_begin, b = i & 1;
+      if (i >= 2) cluster::wait(empty_bar(b), ((i >> 1) - 1) & 1);  // every consumer left this buffer
       ptx::cp_async_wait_group<kStages - 1>();
       ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
       if (publishes_slots && tile + kStages < tile_end)
@@ -608,219 +573,91 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   } else {
   // ---- consumer warpgroups ----
   NVFP4MLA_SETMAXNREG(inc, 200);
-  const int hb = warp & 3, wg = warp >> 2, other = wg ^ 1;
+  const int hb = warp & 3, half = warp >> 2;
   const int g = lane >> 2, t4 = lane & 3;
-  const int row_lo = hb * 16 + g;  // this thread's rows: row_lo and row_lo + 8
   constexpr int NT = kWsTile / 8;     // score column blocks per tile
   constexpr int NT_O = kWsVHalf / 8;  // output column blocks per warpgroup
   float o[NT_O][4];
 #pragma unroll
   for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  SoftmaxState st;  // m: the reference of this half of O; l, l_out: sums over this warpgroup's tiles
+  SoftmaxState st;
   // Byte strides of the core-matrix tiles: next 8 dims (a dim block), next 8 rows.
   constexpr uint32_t kQDimBlock = kWsHeads * 16, kKDimBlock = kWsTile * 16, kEight = 128;
-  constexpr uint32_t kKBufBytes = Smem::k_buf_bytes;
-  // Descriptors are built once; each MMA advances them by a byte offset (compile-time in the
-  // unrolled loops, one add per tile for the buffer).
-  const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
-  const uint64_t k_desc = wgmma::smem_desc(ptx::smem_addr(sK), kKDimBlock, kEight);
-  const uint64_t v_desc = wgmma::smem_desc(ptx::smem_addr(sK) + (wg * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock);
-  const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP + other * kWsHeads * kWsTile), kQDimBlock, kEight);
-  __nv_bfloat16* p_mine = sP + wg * kWsHeads * kWsTile;
-  auto buf_bytes = [&](int i) { return static_cast<uint32_t>(i % kKBufs) * kKBufBytes; };
-  auto release = [&](int i) {  // this thread is done with tile i's K buffer
-    cluster::arrive_local(empty_bar(i % kKBufs));
-    if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(empty_bar(i % kKBufs), peer));
-  };
-  // Scores of the own tile in flight, as two partial sums (even and odd k16 steps): two
-  // independent accumulation chains instead of one of 36 dependent MMAs.
-  float acc[2][NT][4];
+  // Descriptors are built once; each MMA advances them by a compile-time byte offset.
+  const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ) + (half * kWsQkHalf / 8) * kQDimBlock, kQDimBlock, kEight);
+  const uint32_t k_half = (half * kWsQkHalf / 8) * kKDimBlock;  // this half's first dim block
+  const uint64_t k_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + k_half, kKDimBlock, kEight),
+                              wgmma::smem_desc(ptx::smem_addr(k_buf(1)) + k_half, kKDimBlock, kEight)};
+  const uint64_t v_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (half * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock),
+                              wgmma::smem_desc(ptx::smem_addr(k_buf(1)) + (half * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock)};
+  // (Issuing the next tile's score MMAs before this tile's softmax was tried: the consumers then
+  // wait for the producers one tile earlier, and it ran 1.5x slower.)
+  float acc[NT][4];  // partial scores of the tile in flight
   auto issue_scores = [&](int i) {
-    const uint64_t kd = wgmma::desc_advance(k_desc, buf_bytes(i));
+    const uint64_t kd = (i & 1) ? k_desc[1] : k_desc[0];
     wgmma::fence();
     if (!(p.debug_skip & 2))
 #pragma unroll
-      for (int kk = 0; kk < kQkDim / 16; ++kk)
-        wgmma::m64n32k16_ss(acc[0], wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
-                            wgmma::desc_advance(kd, 2 * kk * kKDimBlock), kk > 0);
+      for (int kk = 0; kk < kWsQkHalf / 16; ++kk)
+        wgmma::m64n32k16_ss(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock), wgmma::desc_advance(kd, 2 * kk * kKDimBlock),
+                            kk > 0);
     wgmma::commit();
   };
-  // Move this half's reference to R (per row): l and l_out follow at once; returns whether O
-  // must be scaled by alpha (warp-uniform), which the caller does once no MMA writes O.
-  auto move_reference = [&](const float (&R)[2], float (&alpha)[2]) {
-    bool moved = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      alpha[r] = 1.0f;
-      if (R[r] != st.m[r]) {  // references only grow; -inf (nothing valid yet) scales by 0
-        alpha[r] = ptx::exp2_approx(st.m[r] - R[r]);
-        st.m[r] = R[r];
-        st.l[r] *= alpha[r];
-        st.l_out[r] *= alpha[r];
-        moved = true;
-      }
-    }
-    return __any_sync(0xFFFFFFFFu, moved);
-  };
-  auto scale_o = [&](const float (&alpha)[2]) {
-#pragma unroll
-    for (int n = 0; n < NT_O; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
-    }
-  };
-  // Half of O += P V for the other warpgroup's tile i, P from its shared-memory buffer: first
-  // this half of O meets the tile's reference (no MMA may be in flight then: ptxas serializes
-  // every wgmma of the kernel if O may be touched while any is), then the MMAs.
-  auto meet_other_reference = [&](int i) {
-    cluster::wait(full_bar(i % kKBufs), phase(i));  // (completed already; orders the K reads)
-    float r_new[2], alpha[2];
-    r_new[0] = sRef[other * kWsHeads + row_lo];
-    r_new[1] = sRef[other * kWsHeads + row_lo + 8];
-    if (move_reference(r_new, alpha)) scale_o(alpha);
-    wgmma::fence_operand(o);
-  };
-  auto issue_other_pv = [&](int i) {
-    const uint64_t vd = wgmma::desc_advance(v_desc, buf_bytes(i));
-    wgmma::fence();
-    if (!(p.debug_skip & 4))
-#pragma unroll
-      for (int kk = 0; kk < NT / 2; ++kk) {
-        // Tokens 16kk..16kk+15: two 8-token blocks of P (kQDimBlock apart) and of V (16 B rows).
-        const uint64_t pd = wgmma::desc_advance(p_desc, 2 * kk * kQDimBlock);
-        wgmma::m64n128k16_ss_tb<0>(o, pd, wgmma::desc_advance(vd, kk * 16 * 16));
-        wgmma::m64n128k16_ss_tb<16>(o, pd, wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
-      }
-    wgmma::commit();
-  };
-
-  // Own tiles are i = wg, wg + 2, ...; per own tile: issue tile i's score MMAs, meet the
-  // reference of the other's tile i - 1 and issue its P_{i-1} V MMAs (they run during tile i's
-  // softmax), then the softmax and the own P_i V MMAs. O is rescaled while only score MMAs are
-  // in flight, and fence_operand keeps the rescale there (else ptxas serializes every wgmma).
-  wgmma::fence_operand(o);
-  for (int i = wg; i < n_tiles; i += 2) {
-    cluster::wait(full_bar(i % kKBufs), phase(i));
-    issue_scores(i);  // before waiting for the other's P: these overlap its softmax
-    float r_prev[2] = {-INFINITY, -INFINITY};
-    if (i >= 1) {
-      cluster::wait(p_ready_bar(other), ((i - 1) >> 1) & 1);  // P_{i-1} and r_{i-1} are published
-      r_prev[0] = sRef[other * kWsHeads + row_lo];
-      r_prev[1] = sRef[other * kWsHeads + row_lo + 8];
-    }
-    wgmma::wait<0>();  // tile i's scores and the own O += P V of tile i - 2
-    if (i >= 2) release(i - 2);
-    if (i >= 1) {
-      meet_other_reference(i - 1);
-      issue_other_pv(i - 1);  // runs during this tile's softmax
-    }
-    // Softmax of tile i (base 2): scaled, masked scores, row maxima, the reference chain.
-    const int32_t* valid = sValid + (i % kKBufs) * kWsTile;
-    float s[NT][4], mx[2] = {-INFINITY, -INFINITY};
+  // Full scores of tile i = half 0 + half 1 (the same order in both warpgroups), scaled and masked.
+  auto exchange_scores = [&](int i, float (&s)[NT][4]) {
+    const int b = i & 1;
+    float* sp_mine = sP + (b * 2 + half) * kWsHeads * kWsScoreStride;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
+      float* s0 = sp_mine + (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(s0) = make_float2(acc[j][0], acc[j][1]);
+      *reinterpret_cast<float2*>(s0 + 8 * kWsScoreStride) = make_float2(acc[j][2], acc[j][3]);
+    }
+    ptx::named_barrier_sync(kBarConsumer, kWsConsumers);
+    const float* sp0 = sP + (b * 2) * kWsHeads * kWsScoreStride;
+    const float* sp1 = sp0 + kWsHeads * kWsScoreStride;
+    const int32_t* valid = sValid + b * kWsTile;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int off = (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
+      const float2 a_lo = *reinterpret_cast<const float2*>(sp0 + off), b_lo = *reinterpret_cast<const float2*>(sp1 + off);
+      const float2 a_hi = *reinterpret_cast<const float2*>(sp0 + off + 8 * kWsScoreStride);
+      const float2 b_hi = *reinterpret_cast<const float2*>(sp1 + off + 8 * kWsScoreStride);
       const bool v0 = valid[j * 8 + 2 * t4] != 0, v1 = valid[j * 8 + 2 * t4 + 1] != 0;
-      s[j][0] = v0 ? acc[0][j][0] * p.scale_log2 : -INFINITY;
-      s[j][1] = v1 ? acc[0][j][1] * p.scale_log2 : -INFINITY;
-      s[j][2] = v0 ? acc[0][j][2] * p.scale_log2 : -INFINITY;
-      s[j][3] = v1 ? acc[0][j][3] * p.scale_log2 : -INFINITY;
-      mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+      s[j][0] = v0 ? (a_lo.x + b_lo.x) * p.scale_log2 : -INFINITY;
+      s[j][1] = v1 ? (a_lo.y + b_lo.y) * p.scale_log2 : -INFINITY;
+      s[j][2] = v0 ? (a_hi.x + b_hi.x) * p.scale_log2 : -INFINITY;
+      s[j][3] = v1 ? (a_hi.y + b_hi.y) * p.scale_log2 : -INFINITY;
     }
-    float r_new[2], alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
-      r_new[r] = mx[r] > r_prev[r] + kLazyRescaleLog2 ? mx[r] : r_prev[r];
-    }
-    const bool moved = move_reference(r_new, alpha);
-    // Weights 2^(s - r) rounded to BF16 (what both halves multiply V by); l sums the fp32
-    // weights (for the LSE), l_out the rounded ones (for normalizing).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_use = r_new[r] == -INFINITY ? 0.0f : r_new[r];
-      float sum = 0.0f, sum_rounded = 0.0f;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use);
-        s[j][2 * r] = round_bf16(e0);
-        s[j][2 * r + 1] = round_bf16(e1);
-        sum += e0 + e1;
-        sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
-      }
-      st.l[r] += sum;
-      st.l_out[r] += sum_rounded;
-    }
-    uint32_t pw[NT][2];  // P as BF16 pairs: rows row_lo (0) and row_lo + 8 (1)
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      pw[j][0] = ptx::pack_bf16x2(s[j][0], s[j][1]);
-      pw[j][1] = ptx::pack_bf16x2(s[j][2], s[j][3]);
-    }
-    // Hand P_i and r_i to the other warpgroup (once it has finished with P_{i-2}).
-    if (i >= 2) cluster::wait(p_free_bar(wg), ((i >> 1) - 1) & 1);
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      *reinterpret_cast<uint32_t*>(p_mine + core_offset<kWsHeads>(row_lo, j * 8 + 2 * t4)) = pw[j][0];
-      *reinterpret_cast<uint32_t*>(p_mine + core_offset<kWsHeads>(row_lo + 8, j * 8 + 2 * t4)) = pw[j][1];
-    }
-    if (t4 == 0) {
-      sRef[wg * kWsHeads + row_lo] = r_new[0];
-      sRef[wg * kWsHeads + row_lo + 8] = r_new[1];
-    }
-    wgmma::fence_proxy_async_smem();
-    cluster::arrive_local(p_ready_bar(wg));
-    wgmma::wait<0>();  // the other's tile i - 1 is done: its P buffer and K buffer are free
-    if (i >= 1) {
-      if (i + 1 < n_tiles) cluster::arrive_local(p_free_bar(other));  // it writes P again
-      release(i - 1);
-    }
-    if (moved) scale_o(alpha);
-    wgmma::fence_operand(o);
-    // Own half of O += P V: P from registers, V = this half's 256 dims of the K buffer, read
-    // transposed (tokens are the k dimension).
+  };
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int i = tile - tile_begin, b = i & 1;
+    cluster::wait(full_bar(b), (i >> 1) & 1);
+    issue_scores(i);
+    wgmma::wait<0>();
+    float s[NT][4];
+    exchange_scores(i, s);
+    softmax_update(s, st, o);
+    // O += P V: P (BF16 weights) from registers, V = this half's 256 dims of the K buffer,
+    // read transposed (tokens are the k dimension).
     wgmma::fence();
-    const uint64_t vd = wgmma::desc_advance(v_desc, buf_bytes(i));
+    const uint64_t vd = b ? v_desc[1] : v_desc[0];
     if (!(p.debug_skip & 4))
 #pragma unroll
       for (int kk = 0; kk < NT / 2; ++kk) {
-        const uint32_t a[4] = {pw[2 * kk][0], pw[2 * kk][1], pw[2 * kk + 1][0], pw[2 * kk + 1][1]};
+        const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                               ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        // Tokens 16kk..16kk+15 are two 8-row core-matrix groups, 16 bytes per token row.
         wgmma::m64n128k16_rs_tb<0>(o, a, wgmma::desc_advance(vd, kk * 16 * 16));
         wgmma::m64n128k16_rs_tb<16>(o, a, wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
       }
     wgmma::commit();
+    wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
+    cluster::arrive_local(empty_bar(b));
+    if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(empty_bar(b), peer));
   }
-  wgmma::wait<0>();
-  const int last_own = n_tiles - 1 - ((n_tiles - 1 - wg) & 1);  // the last tile this warpgroup owns
-  if (last_own >= 0) release(last_own);
-  if (n_tiles >= 1 && ((n_tiles - 1) & 1) == other) {  // the split ends with the other's tile
-    cluster::wait(p_ready_bar(other), ((n_tiles - 1) >> 1) & 1);
-    meet_other_reference(n_tiles - 1);
-    issue_other_pv(n_tiles - 1);
-    wgmma::wait<0>();
-    release(n_tiles - 1);
-  }
-  // Both halves of O now share the last reference; add the two warpgroups' weight sums
-  // (the P buffers are free: every MMA has completed).
-  float* sSums = reinterpret_cast<float*>(sP);  // [warpgroup][row][t4][l, l_out]
-  ptx::named_barrier_sync(kBarConsumer, kWsConsumers);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float* mine = sSums + ((wg * kWsHeads + row_lo + 8 * r) * 4 + t4) * 2;
-    mine[0] = st.l[r];
-    mine[1] = st.l_out[r];
-  }
-  ptx::named_barrier_sync(kBarConsumer, kWsConsumers);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float* theirs = sSums + ((other * kWsHeads + row_lo + 8 * r) * 4 + t4) * 2;
-    st.l[r] += theirs[0];
-    st.l_out[r] += theirs[1];
-  }
-  store_outputs(p, st, o, row, head0, heads_here, hb, wg * kWsVHalf, wg == 0, split, lane);
+  store_outputs(p, st, o, row, head0, heads_here, hb, half * kWsVHalf, half == 0, split, lane);
   }
   // A pair's CTAs write into each other's shared memory until the end: neither exits first.
   if constexpr (kPair) cluster::sync();
