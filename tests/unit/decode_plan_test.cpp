@@ -31,10 +31,8 @@ TEST(DecodePlan, SplitsFillTheMachineWithoutEmptySplits) {
         EXPECT_LE(p.splits, (topk + 63) / 64);
         EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
         EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);  // the last split has work
-        // Nearly a full wave of resident CTAs whenever the tiles allow more splits, and no
-        // other split count has a smaller (waves x tiles per split) estimate.
+        // No other split count has a smaller (waves x (tiles per split + fixed cost)) estimate.
         const int64_t slots = int64_t(132) * p.ctas_per_sm;
-        if (p.splits < std::min(p.num_tiles, (topk + 63) / 64)) EXPECT_GE(p.ctas(rows) * 10, slots * 9);
         const auto estimate = [&](const DecodePlan& q) { return (q.ctas(rows) + slots - 1) / slots * (q.tiles_per_split + 4); };
         for (int s = 1; s <= std::min(p.num_tiles, (topk + 63) / 64); ++s)
           EXPECT_LE(estimate(p), estimate(plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, 132, s))) << s;
