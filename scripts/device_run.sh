@@ -43,8 +43,8 @@ for step in "$@"; do
                  not_selected selected dispatch_stall no_instruction imc_miss branch_resolving membar tex_throttle; do
                  printf "%s_%s_per_issue_active.ratio," $m $r; done)
       metrics="${metrics}sm__inst_executed.sum,smsp__inst_executed_pipe_tensor.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
-      for shape in ${STALL_SHAPES:-"128 16" "256 128"}; do
-        set -- $shape
+      for shape in ${STALL_SHAPES:-128x16 256x128}; do  # rows x heads
+        set -- ${shape/x/ }
         ncu --clock-control none --kernel-name regex:sparse_decode --launch-skip 3 --launch-count 1 --metrics "$metrics" \
           "$BIN/nvfp4mla" bench decode --rows $1 --heads $2 --topk 2048 --iters 1 --warmup 3 >"$OUT/stalls_$1_$2.txt" 2>&1
         echo "== rows $1 heads $2"; grep -E "stalled|inst_executed|bank|warps_active|duration" "$OUT/stalls_$1_$2.txt" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//'
