@@ -56,11 +56,17 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 }
 
 // Arrive on an mbarrier of this CTA (`bar`) or of another CTA (`bar` from map_to_rank), with
-// release semantics at cluster scope: this thread's earlier shared-memory writes, local and
-// remote, are visible to whoever completes a wait on the phase.
+// release semantics: this thread's earlier shared-memory writes are visible to whoever completes
+// a wait on the phase. kCluster selects cluster scope (needed when the writes or the waiter are
+// in another CTA of the cluster); CTA scope is much cheaper (no cluster-level memory barrier
+// before the arrive, no L1 invalidation after the wait), so single-CTA users pass false.
+template <bool kCluster = true>
 __device__ __forceinline__ void arrive_local(uint32_t bar) {
 #ifdef NVFP4MLA_CLUSTER
-  asm volatile("mbarrier.arrive.release.cluster.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  if constexpr (kCluster)
+    asm volatile("mbarrier.arrive.release.cluster.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  else
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
 __device__ __forceinline__ void arrive_remote(uint32_t bar) {
@@ -69,24 +75,40 @@ __device__ __forceinline__ void arrive_remote(uint32_t bar) {
 #endif
 }
 
-// Wait until the phase with parity `parity` of this CTA's mbarrier has completed.
+// Wait until the phase with parity `parity` of this CTA's mbarrier has completed (acquire at
+// cluster or CTA scope, as for arrive_local).
+template <bool kCluster = true>
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
 #ifdef NVFP4MLA_CLUSTER
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  if constexpr (kCluster)
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+  else
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
 #endif
 }
 
-// Generic-proxy shared-memory writes (local or remote) made visible to the async proxy (wgmma)
-// that reads them after the handoff; run by each writing thread before it arrives.
+// Generic-proxy shared-memory writes made visible to the async proxy (wgmma) that reads them
+// after the handoff; run by each writing thread before it arrives. kCluster: the writes include
+// other CTAs' shared memory; otherwise only this CTA's (a narrower, cheaper fence).
+template <bool kCluster = true>
 __device__ __forceinline__ void fence_proxy_async() {
 #ifdef NVFP4MLA_CLUSTER
-  asm volatile("fence.proxy.async;\n" ::: "memory");
+  if constexpr (kCluster)
+    asm volatile("fence.proxy.async;\n" ::: "memory");
+  else
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 
