@@ -45,6 +45,10 @@ constexpr int decode_stages(const DecodeTileConfig& c, int record_bytes, bool ra
   return 1;
 }
 
+// A CTA's fixed cost in the split planner's estimate, in KV tiles: loading Q, filling the
+// pipeline and storing the output (each extra split also costs partials and a merge).
+inline constexpr int kDecodeCtaFixedTiles = 4;
+
 struct DecodePlan {
   int head_group = 64;     // query heads per CTA: 16, 32 or 64 (M of the MMA tiles)
   int num_head_groups = 1; // ceil(heads / head_group)
@@ -62,8 +66,8 @@ struct DecodePlan {
 
 // The planner: tile configuration from the head count (8 and 16 heads use 16-row tiles, 32
 // heads 32-row tiles, more heads 64-row tiles); splits minimizing (waves of resident CTAs) x
-// (tiles per split), the fewest on ties, without splitting below one tile or 64 entries (so
-// splits <= ceil(topk/64)).
+// (tiles per split + kDecodeCtaFixedTiles), the fewest on ties, without splitting below one tile
+// or 64 entries (so splits <= ceil(topk/64)).
 // `forced_splits` > 0 overrides (clamped the same way).
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count,
                               int forced_splits = 0);

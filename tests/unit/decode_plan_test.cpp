@@ -19,7 +19,7 @@ TEST(DecodePlan, HeadGroupsAreNativeNotPaddedTo64) {
   EXPECT_EQ(p128.num_head_groups, 2);
 }
 
-TEST(DecodePlan, SplitsFillTheMachineWithoutEmptySplits) {
+TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
   for (int rows : {1, 3, 32, 128, 256, 1000})
     for (int heads : {8, 16, 32, 64, 128})
       for (int topk : {64, 100, 2048, 16384}) {
@@ -33,7 +33,7 @@ TEST(DecodePlan, SplitsFillTheMachineWithoutEmptySplits) {
         EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);  // the last split has work
         // No other split count has a smaller (waves x (tiles per split + fixed cost)) estimate.
         const int64_t slots = int64_t(132) * p.ctas_per_sm;
-        const auto estimate = [&](const DecodePlan& q) { return (q.ctas(rows) + slots - 1) / slots * (q.tiles_per_split + 4); };
+        const auto estimate = [&](const DecodePlan& q) { return (q.ctas(rows) + slots - 1) / slots * (q.tiles_per_split + kDecodeCtaFixedTiles); };
         for (int s = 1; s <= std::min(p.num_tiles, (topk + 63) / 64); ++s)
           EXPECT_LE(estimate(p), estimate(plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, 132, s))) << s;
       }

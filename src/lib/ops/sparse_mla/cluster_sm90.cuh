@@ -77,27 +77,24 @@ __device__ __forceinline__ void arrive_remote(uint32_t bar) {
 
 // Wait until the phase with parity `parity` of this CTA's mbarrier has completed (acquire at
 // cluster or CTA scope, as for arrive_local).
+#define NVFP4MLA_MBARRIER_WAIT(scope)                                                   \
+  asm volatile(                                                                         \
+      "{\n.reg .pred done;\n"                                                           \
+      "WAIT_%=:\n"                                                                      \
+      "mbarrier.try_wait.parity.acquire." scope ".shared::cta.b64 done, [%0], %1;\n"    \
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),                                             \
+      "r"(parity)                                                                       \
+      : "memory")
 template <bool kCluster = true>
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
 #ifdef NVFP4MLA_CLUSTER
   if constexpr (kCluster)
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
+    NVFP4MLA_MBARRIER_WAIT("cluster");
   else
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
+    NVFP4MLA_MBARRIER_WAIT("cta");
 #endif
 }
+#undef NVFP4MLA_MBARRIER_WAIT
 
 // Generic-proxy shared-memory writes made visible to the async proxy (wgmma) that reads them
 // after the handoff; run by each writing thread before it arrives. kCluster: the writes include

@@ -10,7 +10,6 @@ namespace nvfp4mla {
 
 namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-constexpr int64_t kCtaFixedTiles = 4;
 }  // namespace
 
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count, int forced_splits) {
@@ -27,32 +26,29 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   p.ctas_per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(cfg.min_ctas, kDecodeSmemPerSm / smem)));
   p.num_head_groups = (heads + p.head_group - 1) / p.head_group;
   p.num_tiles = (topk + p.tile_tokens - 1) / p.tile_tokens;
-  int splits;
+  // Never below 64 entries per split (the bound serving planners size scratch with).
+  const int max_splits = std::min(p.num_tiles, (topk + 63) / 64);
+  int splits = 1;
   if (forced_splits > 0) {
-    splits = forced_splits;
+    splits = std::clamp(forced_splits, 1, max_splits);
   } else {
-    // Estimated time ~ (waves of resident CTAs) x (tiles per CTA + a CTA's fixed cost: loading
-    // Q, filling the pipeline, storing the output, about kCtaFixedTiles tiles); the fewest
-    // splits reaching the smallest estimate win (each split also costs partials and a merge).
-    // H200, same call: rows 256 x 64 heads ran 440 us with 1 split (2 waves of 64 tiles) and
-    // 498 us with 2; rows 128 x 16 heads 157 us with 3 splits and 168 us with 7.
+    // Estimated time ~ (waves of resident CTAs) x (tiles per CTA + kDecodeCtaFixedTiles); the
+    // fewest splits reaching the smallest estimate win. H200, same call: rows 256 x 64 heads ran
+    // 388 us with 1 split (2 waves of 64 tiles) and 467 us with 2; rows 128 x 16 heads 157 us
+    // with 3 splits and 168 us with 7.
     const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(rows) * p.num_head_groups);
     const int64_t slots = static_cast<int64_t>(sm_count) * p.ctas_per_sm;
-    const int max_splits = std::min(p.num_tiles, (topk + 63) / 64);
     int64_t best = INT64_MAX;
-    splits = 1;
     for (int s = 1; s <= max_splits; ++s) {
       const int per_split = (p.num_tiles + s - 1) / s;
       const int64_t ctas = base * ((p.num_tiles + per_split - 1) / per_split);
-      const int64_t estimate = (ctas + slots - 1) / slots * (per_split + kCtaFixedTiles);
+      const int64_t estimate = (ctas + slots - 1) / slots * (per_split + kDecodeCtaFixedTiles);
       if (estimate < best) {
         best = estimate;
         splits = s;
       }
     }
   }
-  // Never below 64 entries per split (the bound serving planners size scratch with).
-  splits = std::clamp(splits, 1, std::min(p.num_tiles, (topk + 63) / 64));
   p.tiles_per_split = (p.num_tiles + splits - 1) / splits;
   p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
   return p;

@@ -56,17 +56,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 #endif
 }
 
-// Pins accumulator registers at this point of the program: the compiler may not move their
-// definitions (such as zero-initialization) past it into a stretch where another warpgroup MMA
-// is in flight, which would make ptxas serialize every wgmma of the kernel (C7515).
-template <int blocks>
-__device__ __forceinline__ void fence_operand(float (&d)[blocks][4]) {
-#pragma unroll
-  for (int j = 0; j < blocks; ++j)
-#pragma unroll
-    for (int k = 0; k < 4; ++k) asm volatile("" : "+f"(d[j][k])::"memory");
-}
-
 // Accumulators are passed as float[N/8][4]: block j holds rows g, g+8 of the warp's 16 rows at
 // columns 8j + 2*(lane%4) + {0,1}, the same per-warp layout as mma.sync m16n8 accumulators.
 #define NVFP4MLA_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
@@ -103,25 +92,6 @@ __device__ __forceinline__ void m64n128k16_rs_tb(float (&d)[blocks][4], const ui
       "{%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
       : NVFP4MLA_ACC32(first), NVFP4MLA_ACC32(first + 8)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-#endif
-}
-
-// The same product with A[64x16] K-major from shared memory (P handed over by another
-// warpgroup).
-template <int first, int blocks>
-__device__ __forceinline__ void m64n128k16_ss_tb(float (&d)[blocks][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(first + 16 <= blocks);
-#ifdef NVFP4MLA_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
-      "%64, %65, p, 1, 1, 0, 1;\n}\n"
-      : NVFP4MLA_ACC32(first), NVFP4MLA_ACC32(first + 8)
-      : "l"(desc_a), "l"(desc_b), "r"(1));
 #endif
 }
 
