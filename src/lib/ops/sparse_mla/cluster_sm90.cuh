@@ -36,9 +36,13 @@ __device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, uint32_t r) {
   return out;
 }
 
-__device__ __forceinline__ void store_remote(uint32_t addr, uint4 v) {
+// 16 bytes into another CTA's shared memory (`addr` from map_to_rank) that count towards the
+// transaction bytes of that CTA's mbarrier `remote_bar` (also from map_to_rank): the waiter on
+// that barrier sees the data without any cluster-scope fence on the writer's side.
+__device__ __forceinline__ void store_async(uint32_t addr, uint4 v, uint32_t remote_bar) {
 #ifdef NVFP4MLA_CLUSTER
-  asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
                : "memory");
 #endif
 }
@@ -69,9 +73,18 @@ __device__ __forceinline__ void arrive_local(uint32_t bar) {
     asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
+// Arrive on another CTA's mbarrier (`bar` from map_to_rank). Used to say "done reading this
+// buffer": nothing is published, so the release stays at CTA scope (no cluster membar).
 __device__ __forceinline__ void arrive_remote(uint32_t bar) {
 #ifdef NVFP4MLA_CLUSTER
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Arrive on this CTA's mbarrier and add `bytes` to the transaction count its phase waits for
+// (bytes that st.async from another CTA will deliver).
+__device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 #endif
 }
 

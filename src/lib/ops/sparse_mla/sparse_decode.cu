@@ -142,12 +142,23 @@ struct SoftmaxState {
 // row of the warp moves its reference. Out, l and the LSE are the same quantities either way.
 constexpr float kLazyRescaleLog2 = 8.0f;
 // Step 1: the tile's row maxima move the references where needed and rescale the output
-// accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid).
+// accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid) and
+// the factor its earlier sums were scaled by (1 unless the reference moved).
+template <int NT_O>
+__device__ __forceinline__ void rescale_rows(float (&o)[NT_O][4], const float (&alpha)[2]) {
+  if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < NT_O; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
+    }
+  }
+}
 template <int NT, int NT_O>
 __device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
-                                                float (&m_use)[2]) {
-  float alpha[2];
-  bool moved = false;
+                                                float (&m_use)[2], float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
@@ -160,20 +171,11 @@ __device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], Softmax
     const float m_new = move ? mx : st.m[r];
     m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
     alpha[r] = move ? ptx::exp2_approx(st.m[r] - m_use[r]) : 1.0f;
-    moved |= move;
     st.m[r] = m_new;
     st.l[r] *= alpha[r];
     st.l_out[r] *= alpha[r];
   }
-  if (__any_sync(0xFFFFFFFFu, moved)) {
-#pragma unroll
-    for (int i = 0; i < NT_O; ++i) {
-      o[i][0] *= alpha[0];
-      o[i][1] *= alpha[0];
-      o[i][2] *= alpha[1];
-      o[i][3] *= alpha[1];
-    }
-  }
+  rescale_rows(o, alpha);
 }
 // Step 2: weights 2^(s - m) rounded to BF16 (what the output product uses) replace the logits
 // in `s`; l sums the fp32 weights (for the LSE), l_out the rounded ones (for normalizing).
@@ -196,8 +198,8 @@ __device__ __forceinline__ void softmax_weights(float (&s)[NT][4], SoftmaxState&
 }
 template <int NT, int NT_O>
 __device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4]) {
-  float m_use[2];
-  softmax_rescale(s, st, o, m_use);
+  float m_use[2], alpha[2];
+  softmax_rescale(s, st, o, m_use, alpha);
   softmax_weights(s, st, m_use);
 }
 
@@ -223,13 +225,13 @@ __device__ __forceinline__ void pv_update(const float (&s)[NT][4], const __nv_bf
   }
 }
 
-// Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
-// the final BF16 output and LSE when there is one split, else this split's fp32 partial.
-template <int NT_O>
-__device__ __forceinline__ void store_outputs(const DecodeParams& p, const SoftmaxState& st, const float (&o)[NT_O][4],
-                                              int row, int head0, int heads_here, int hb, int dim0, bool writes_lse,
-                                              int split, int lane) {
-  const int g = lane >> 2, t4 = lane & 3;
+// A thread's two rows (heads hb*16 + g and + 8) once the tiles are done: the output
+// normalizer 1 / l_out and the base-2 LSE (0 and -inf for a row without valid entries).
+struct RowTotals {
+  float inv[2], lse2[2];
+};
+__device__ __forceinline__ RowTotals row_totals(const SoftmaxState& st) {
+  RowTotals t;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = st.l[r], lo = st.l_out[r];
@@ -237,10 +239,24 @@ __device__ __forceinline__ void store_outputs(const DecodeParams& p, const Softm
     l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
     lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 1);
     lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 2);
+    t.inv[r] = lo > 0.0f ? 1.0f / lo : 0.0f;
+    t.lse2[r] = l > 0.0f ? st.m[r] + log2f(l) : -INFINITY;
+  }
+  return t;
+}
+
+// Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
+// the final BF16 output and LSE when there is one split, else this split's fp32 partial.
+template <int NT_O>
+__device__ __forceinline__ void store_outputs(const DecodeParams& p, const RowTotals& tot, const float (&o)[NT_O][4],
+                                              int row, int head0, int heads_here, int hb, int dim0, bool writes_lse,
+                                              int split, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     const int h = hb * 16 + g + 8 * r;
     if (h >= heads_here) continue;
-    const float inv = lo > 0.0f ? 1.0f / lo : 0.0f;
-    const float lse2 = l > 0.0f ? st.m[r] + log2f(l) : -INFINITY;
+    const float inv = tot.inv[r], lse2 = tot.lse2[r];
     const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
     if (p.splits == 1) {
       __nv_bfloat16* dst = p.out + rh * kLatentDim + dim0 + 2 * t4;
@@ -414,31 +430,37 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
     }
   }
 
-  store_outputs(p, st, o, row, head0, heads_here, hb, part * DPW, part == 0, split, lane);
+  store_outputs(p, row_totals(st), o, row, head0, heads_here, hb, part * DPW, part == 0, split, lane);
 }
 
 // ---- warp-specialized decode for 64-head tiles (sm_90a, wgmma) -----------------------------
 //
-// Four warpgroups: two producer warpgroups gather raw records (cp.async, kStages tiles ahead)
-// and dequantize each 32-entry tile into one of two K buffers, while two consumer warpgroups run
-// S = Q K^T, the softmax and O += P V on the other buffer with warpgroup MMAs, so
-// dequantization overlaps the matrix work. Consumer warpgroup `half` sums the scores over dims
-// [288 * half, +288) (the halves add their partial scores through shared memory) and owns output
-// dims [256 * half, +256); its warp w holds heads 16w..16w+15 of both. Q and the K buffers are
-// stored as 8x8 core matrices (wgmma_sm90.cuh), so one K buffer is the B operand of both products.
+// Four warpgroups per CTA of 64 query heads, KV tiles of 32 entries:
+//  - two producer warpgroups gather raw records (cp.async, kStages tiles ahead) and dequantize
+//    each tile into one of kWsKBufs K buffers;
+//  - the scores warpgroup (consumer 0) computes S = Q K^T over all 576 dims, runs the online
+//    softmax once, hands the BF16 weights P and each head's rescale factor to the other
+//    consumer through shared memory, and accumulates O[:, 0:256) += P V with P from registers;
+//  - the output warpgroup (consumer 1) accumulates O[:, 256:512) += P V with P from shared
+//    memory, a tile behind, so its MMAs overlap the next tile's score MMAs and softmax.
+// (The layout before split the score dims between two symmetric consumers: each tile then
+// needed a two-way exchange of partial scores and a duplicated softmax, and neither consumer
+// could run ahead of the other.) Warp w of a consumer holds heads 16w..16w+15. Q, the K buffers
+// and P are stored as 8x8 core matrices (wgmma_sm90.cuh), so one K buffer is the B operand of
+// both products.
 //
 // kPair: the two 64-head groups of a row (128 heads) run as a 2-CTA cluster on the same
-// entries; each CTA gathers and dequantizes half of every tile and writes it into both CTAs'
-// K buffers, so a tile is dequantized once per row instead of once per head group.
-// Full/empty handoffs are mbarriers, at cluster scope for pairs and CTA scope otherwise (ncu:
-// the cluster-scope release barriers and acquire invalidations cost the single-CTA kernel a
-// large share of its stalls); setmaxnreg moves registers to the consumers.
+// entries; each CTA dequantizes half of every tile and writes it into both CTAs' K buffers, the
+// peer's copy by st.async, whose bytes complete a transaction count on the peer's remote-full
+// barrier. Every handoff is a CTA-scope mbarrier (ncu showed cluster-scope release barriers and
+// acquire invalidations costing a large share of the stalls); setmaxnreg moves registers to the
+// consumers.
 constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256, kWsProducers = kWsThreads - kWsConsumers;
-constexpr int kWsQkHalf = kQkDim / 2, kWsVHalf = kLatentDim / 2;  // each consumer half's dims
-constexpr int kWsScoreStride = kWsTile + 8;
-constexpr int kBarConsumer = 1, kBarProducer = 2;
+constexpr int kWsKBufs = 2;                // K buffers in the ring between producers and consumers
+constexpr int kWsVHalf = kLatentDim / 2;   // output dims per consumer warpgroup
+constexpr int kBarProducer = 1, kBarConsumers = 2;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
-static_assert(kWsQkHalf % 16 == 0 && kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: k16 steps, n256 for PV, n32 for QK");
+static_assert(kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: n32 for QK, two n128 per output half");
 
 // Element offset of (row r, dim d) in a core-matrix tile of `rows` rows: dim blocks of 8 are
 // outermost, then rows, 8 dims (16 bytes) per row.
@@ -448,22 +470,27 @@ __device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kR
 template <class F, bool kPair>
 struct WsSmem {
   static constexpr int tokens_per_cta = kPair ? kWsTile / 2 : kWsTile;  // records this CTA gathers per tile
+  // Bytes the peer delivers into this CTA's K buffer per tile (pairs).
+  static constexpr uint32_t peer_bytes = kPair ? uint32_t(kWsTile / 2) * kQkDim * 2 : 0;
   static constexpr size_t q_bytes = size_t(kWsHeads) * kQkDim * 2;
   static constexpr size_t k_buf_bytes = size_t(kWsTile) * kQkDim * 2;
-  static constexpr size_t sp_bytes = size_t(2) * 2 * kWsHeads * kWsScoreStride * 4;  // [buffer][half]
-  static constexpr size_t valid_bytes = size_t(2) * kWsTile * 4;
-  static constexpr size_t bar_bytes = 4 * 8;  // full[2], empty[2]
+  static constexpr size_t p_bytes = size_t(kWsHeads) * kWsTile * 2;     // BF16 weights of one tile
+  static constexpr size_t rows_bytes = size_t(2) * kWsHeads * 4;         // per head: rescale factor, normalizer
+  static constexpr size_t valid_bytes = size_t(kWsKBufs) * kWsTile * 4;
+  static constexpr int num_bars = 3 * kWsKBufs + 2;  // full, remote full, empty per K buffer; P full, P empty
+  static constexpr size_t bar_bytes = size_t(num_bars) * 8;
   static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
-  static constexpr size_t fixed = q_bytes + 2 * k_buf_bytes + sp_bytes + valid_bytes + bar_bytes;
+  static constexpr size_t fixed = q_bytes + kWsKBufs * k_buf_bytes + p_bytes + rows_bytes + valid_bytes + bar_bytes;
   static constexpr size_t bytes_for(int stages) { return fixed + stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4; }
   static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
                                 : bytes_for(3) <= kDecodeSmemPerBlock ? 3
                                 : bytes_for(2) <= kDecodeSmemPerBlock ? 2
                                                                       : 1;
-  static constexpr size_t k_off = q_bytes, sp_off = k_off + 2 * k_buf_bytes, valid_off = sp_off + sp_bytes,
-                          bar_off = valid_off + valid_bytes, raw_off = bar_off + bar_bytes,
-                          slot_off = raw_off + stages * raw_stage_bytes, total = bytes_for(stages);
-  static_assert(total <= kDecodeSmemPerBlock && bar_off % 8 == 0);
+  static constexpr size_t k_off = q_bytes, p_off = k_off + kWsKBufs * k_buf_bytes, rows_off = p_off + p_bytes,
+                          valid_off = rows_off + rows_bytes, bar_off = valid_off + valid_bytes,
+                          raw_off = bar_off + bar_bytes, slot_off = raw_off + stages * raw_stage_bytes,
+                          total = bytes_for(stages);
+  static_assert(total <= kDecodeSmemPerBlock && bar_off % 8 == 0 && raw_off % 16 == 0);
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -481,13 +508,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   extern __shared__ __align__(128) uint8_t smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
-  float* sP = reinterpret_cast<float*>(smem + Smem::sp_off);
+  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + Smem::p_off);
+  float* sAlpha = reinterpret_cast<float*>(smem + Smem::rows_off);  // this tile's rescale factor per head
+  float* sInv = sAlpha + kWsHeads;                                  // final output normalizer per head
   int32_t* sValid = reinterpret_cast<int32_t*>(smem + Smem::valid_off);
   uint8_t* sRaw = smem + Smem::raw_off;
   int32_t* sSlot = reinterpret_cast<int32_t*>(smem + Smem::slot_off);
   const uint32_t bar0 = ptx::smem_addr(smem + Smem::bar_off);
-  auto full_bar = [&](int b) { return bar0 + 8 * b; };
-  auto empty_bar = [&](int b) { return bar0 + 16 + 8 * b; };
+  auto full_bar = [&](int b) { return bar0 + 8 * b; };                      // this CTA's producers wrote buffer b
+  auto remote_full_bar = [&](int b) { return bar0 + 8 * (kWsKBufs + b); };  // the peer's half of buffer b arrived
+  auto empty_bar = [&](int b) { return bar0 + 8 * (2 * kWsKBufs + b); };    // every consumer of the row left b
+  const uint32_t p_full_bar = bar0 + 8 * (3 * kWsKBufs), p_empty_bar = p_full_bar + 8;
 
   const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
   const int heads_here = min(kWsHeads, p.heads - head0);
@@ -496,9 +527,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int len = row_length(p, row);
   const int tile_begin = split * p.tiles_per_split;
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
-  auto k_buf = [&](int i) { return sK + (i & 1) * kWsTile * kQkDim; };
+  auto k_buf = [&](int b) { return sK + b * kWsTile * kQkDim; };
   auto slot_of = [&](int t) { return sSlot + (t % kSlotRing) * kWsTile; };
   auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
+  const bool dequant = !(p.debug_skip & 1);
 
   constexpr int q_chunks = kQkDim / 8;
   for (int c = tid; c < kWsHeads * q_chunks; c += kWsThreads) {
@@ -514,11 +546,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t)
       slot_of(t)[ptid] = entry_slot(p, row, len, t * kWsTile + ptid);
   if (tid == 0) {
-    // Every producer (consumer) thread of both CTAs of a pair arrives once per phase.
-    for (int b = 0; b < 2; ++b) {
-      cluster::mbarrier_init(full_bar(b), kWsProducers * kCtas);
-      cluster::mbarrier_init(empty_bar(b), kWsConsumers * kCtas);
+    for (int b = 0; b < kWsKBufs; ++b) {
+      cluster::mbarrier_init(full_bar(b), kWsProducers);   // every producer thread of this CTA
+      cluster::mbarrier_init(remote_full_bar(b), 1);       // this CTA's expect-tx arrival (+ the peer's bytes)
+      cluster::mbarrier_init(empty_bar(b), 8 * kCtas);     // one lane per consumer warp of each CTA
     }
+    cluster::mbarrier_init(p_full_bar, 128);  // every thread of the scores warpgroup
+    cluster::mbarrier_init(p_empty_bar, 4);   // one lane per warp of the output warpgroup
     cluster::fence_mbarrier_init();
   }
   if constexpr (kPair) cluster::sync();  // the peer's barriers exist before anything arrives on them
@@ -529,8 +563,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
-    NVFP4MLA_SETMAXNREG(dec, 56);  // 256 x 200 + 256 x 56 = 65536
-    const bool copies = !(p.debug_skip & 8), dequant = !(p.debug_skip & 1);
+    NVFP4MLA_SETMAXNREG(dec, 64);  // 216 + 168 + 2 x 64 = 512 registers per thread quad
+    const bool copies = !(p.debug_skip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     SlotPrefetch ahead(p, row, len, tile_begin + kStages, publishes_slots ? tile_end : 0, kWsTile, ptid);
     for (int t = tile_begin; t < tile_begin + kStages; ++t) {
@@ -538,21 +572,22 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       else ptx::cp_async_commit();
     }
     for (int tile = tile_begin; tile < tile_end; ++tile) {
-      const int i = tile - tile_begin, b = i & 1;
-      if (i >= 2) cluster::wait<kPair>(empty_bar(b), ((i >> 1) - 1) & 1);  // every consumer left this buffer
+      const int i = tile - tile_begin, b = i % kWsKBufs, use = i / kWsKBufs;
+      if (use > 0) cluster::wait<false>(empty_bar(b), (use - 1) & 1);  // every consumer of the row left this buffer
       ptx::cp_async_wait_group<kStages - 1>();
       ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
+      if constexpr (kPair)
+        if (ptid == 0) cluster::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : 0u);
       if (publishes_slots && tile + kStages < tile_end)
         slot_of(tile + kStages)[ptid] = ahead.pop(p, row, len, tile + kStages + kSlotAhead, tile_end, kWsTile, ptid);
       const int32_t* slots = slot_of(tile);
       const uint8_t* raw = raw_of(tile);
-      __nv_bfloat16* kt = k_buf(i);
+      __nv_bfloat16* kt = k_buf(b);
       const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
+      const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
       // Work item u: 8 consecutive lanes take 8 consecutive entries of one unit, so their
       // 16-byte stores fill whole core-matrix rows without bank conflicts; a warp covers 4 units
       // (36 per entry is a multiple of 4), so no warp mixes latent groups and RoPE chunks.
-      // (Unrolled by two for more independent work per thread; measured neutral on the H200,
-      // 370-381 vs 376 us at rows 256 x 64 heads, and kept as the configuration the GPU suite ran.)
 #pragma unroll 2
       for (int u = ptid; u < (dequant ? kTokens * kUnitsPerRow : 0); u += kWsProducers) {
         const int tl = (u >> 3) / kUnitsPerRow * 8 + (u & 7), k = (u >> 3) % kUnitsPerRow, t = tok0 + tl;
@@ -561,14 +596,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         const int lo = core_offset<kWsTile>(t, 16 * k), hi = core_offset<kWsTile>(t, 16 * k + 8);
         store_16_words(Dst16{kt + lo, kt + hi}, w.lo, w.hi);
         if constexpr (kPair) {
-          cluster::store_remote(kt_peer + 2 * lo, w.lo);
-          cluster::store_remote(kt_peer + 2 * hi, w.hi);
+          cluster::store_async(kt_peer + 2 * lo, w.lo, peer_full);
+          cluster::store_async(kt_peer + 2 * hi, w.hi, peer_full);
         }
       }
       if (ptid < kWsTile) sValid[b * kWsTile + ptid] = slots[ptid] >= 0;
-      cluster::fence_proxy_async<kPair>();  // the tensor cores read these buffers next
-      cluster::arrive_local<kPair>(full_bar(b));
-      if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(full_bar(b), peer));
+      cluster::fence_proxy_async<false>();  // the tensor cores read these buffers next
+      cluster::arrive_local<false>(full_bar(b));
       ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
       if (tile + kStages < tile_end && copies)
         issue_copies<F, kWsProducers, kTokens, false>(p, slot_of(tile + kStages) + tok0, raw_of(tile + kStages), ptid);
@@ -576,92 +610,148 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
   } else {
   // ---- consumer warpgroups ----
-  NVFP4MLA_SETMAXNREG(inc, 200);
-  const int hb = warp & 3, half = warp >> 2;
-  const int g = lane >> 2, t4 = lane & 3;
+  const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
   constexpr int NT = kWsTile / 8;     // score column blocks per tile
   constexpr int NT_O = kWsVHalf / 8;  // output column blocks per warpgroup
+  // Output accumulators of this warpgroup's 256 dims (each branch zeroes its own after
+  // setmaxnreg: registers shared across the branches would tie the two wgmma pipelines).
   float o[NT_O][4];
+  auto zero_o = [&] {
 #pragma unroll
-  for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  SoftmaxState st;
+    for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  };
   // Byte strides of the core-matrix tiles: next 8 dims (a dim block), next 8 rows.
   constexpr uint32_t kQDimBlock = kWsHeads * 16, kKDimBlock = kWsTile * 16, kEight = 128;
-  // Descriptors are built once; each MMA advances them by a compile-time byte offset.
-  const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ) + (half * kWsQkHalf / 8) * kQDimBlock, kQDimBlock, kEight);
-  const uint32_t k_half = (half * kWsQkHalf / 8) * kKDimBlock;  // this half's first dim block
-  const uint64_t k_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + k_half, kKDimBlock, kEight),
-                              wgmma::smem_desc(ptx::smem_addr(k_buf(1)) + k_half, kKDimBlock, kEight)};
-  const uint64_t v_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (half * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock),
-                              wgmma::smem_desc(ptx::smem_addr(k_buf(1)) + (half * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock)};
-  // (Issuing the next tile's score MMAs before this tile's softmax was tried: the consumers then
-  // wait for the producers one tile earlier, and it ran 1.5x slower.)
-  float acc[NT][4];  // partial scores of the tile in flight
-  auto issue_scores = [&](int i) {
-    const uint64_t kd = (i & 1) ? k_desc[1] : k_desc[0];
-    wgmma::fence();
-    if (!(p.debug_skip & 2))
-#pragma unroll
-      for (int kk = 0; kk < kWsQkHalf / 16; ++kk)
-        wgmma::m64n32k16_ss(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock), wgmma::desc_advance(kd, 2 * kk * kKDimBlock),
-                            kk > 0);
-    wgmma::commit();
+  // Descriptors are built once; each MMA advances them by a compile-time byte offset. V of
+  // output half `h` is dims [256h, +256) of a K buffer, read transposed (tokens are the k dim).
+  auto v_desc = [&](int b, int h) {
+    return wgmma::smem_desc(ptx::smem_addr(k_buf(b)) + (h * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock);
   };
-  // Full scores of tile i = half 0 + half 1 (the same order in both warpgroups), scaled and masked.
-  auto exchange_scores = [&](int i, float (&s)[NT][4]) {
-    const int b = i & 1;
-    float* sp_mine = sP + (b * 2 + half) * kWsHeads * kWsScoreStride;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      float* s0 = sp_mine + (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(s0) = make_float2(acc[j][0], acc[j][1]);
-      *reinterpret_cast<float2*>(s0 + 8 * kWsScoreStride) = make_float2(acc[j][2], acc[j][3]);
-    }
-    ptx::named_barrier_sync(kBarConsumer, kWsConsumers);
-    const float* sp0 = sP + (b * 2) * kWsHeads * kWsScoreStride;
-    const float* sp1 = sp0 + kWsHeads * kWsScoreStride;
-    const int32_t* valid = sValid + b * kWsTile;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int off = (hb * 16 + g) * kWsScoreStride + j * 8 + 2 * t4;
-      const float2 a_lo = *reinterpret_cast<const float2*>(sp0 + off), b_lo = *reinterpret_cast<const float2*>(sp1 + off);
-      const float2 a_hi = *reinterpret_cast<const float2*>(sp0 + off + 8 * kWsScoreStride);
-      const float2 b_hi = *reinterpret_cast<const float2*>(sp1 + off + 8 * kWsScoreStride);
-      const bool v0 = valid[j * 8 + 2 * t4] != 0, v1 = valid[j * 8 + 2 * t4 + 1] != 0;
-      s[j][0] = v0 ? (a_lo.x + b_lo.x) * p.scale_log2 : -INFINITY;
-      s[j][1] = v1 ? (a_lo.y + b_lo.y) * p.scale_log2 : -INFINITY;
-      s[j][2] = v0 ? (a_hi.x + b_hi.x) * p.scale_log2 : -INFINITY;
-      s[j][3] = v1 ? (a_hi.y + b_hi.y) * p.scale_log2 : -INFINITY;
+  // The full/remote-full waits of a K buffer's use (the second consumer repeats them: already
+  // complete then, they cost a poll and give it the acquire of the producers' writes).
+  auto wait_k_tile = [&](int b, int use) {
+    cluster::wait<false>(full_bar(b), use & 1);
+    if constexpr (kPair) cluster::wait<false>(remote_full_bar(b), use & 1);
+  };
+  // Done with a K buffer: one lane per warp tells both CTAs' producers.
+  auto release_k_tile = [&](int b) {
+    __syncwarp();
+    if (lane == 0) {
+      cluster::arrive_local<false>(empty_bar(b));
+      if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(empty_bar(b), peer));
     }
   };
-  for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int i = tile - tile_begin, b = i & 1;
-    cluster::wait<kPair>(full_bar(b), (i >> 1) & 1);
-    issue_scores(i);
-    wgmma::wait<0>();
-    float s[NT][4];
-    exchange_scores(i, s);
-    softmax_update(s, st, o);
-    // O += P V: P (BF16 weights) from registers, V = this half's 256 dims of the K buffer,
-    // read transposed (tokens are the k dimension).
-    wgmma::fence();
-    const uint64_t vd = b ? v_desc[1] : v_desc[0];
-    if (!(p.debug_skip & 4))
+  if (warpgroup == 0) {
+    // ---- scores warpgroup: S, softmax, P, output dims [0, 256) ----
+    NVFP4MLA_SETMAXNREG(inc, 216);
+    zero_o();
+    SoftmaxState st;
+    const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
+    const uint64_t k_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)), kKDimBlock, kEight),
+                                wgmma::smem_desc(ptx::smem_addr(k_buf(1)), kKDimBlock, kEight)};
+    const uint64_t vd[2] = {v_desc(0, 0), v_desc(1, 0)};
+    static_assert(kWsKBufs == 2, "descriptor pairs");
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+      const int i = tile - tile_begin, b = i % kWsKBufs;
+      wait_k_tile(b, i / kWsKBufs);
+      float acc[NT][4];
+      wgmma::fence();
+      if (!(p.debug_skip & 2))
+#pragma unroll
+        for (int kk = 0; kk < kQkDim / 16; ++kk)
+          wgmma::m64n32k16_ss(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
+                              wgmma::desc_advance(b ? k_desc[1] : k_desc[0], 2 * kk * kKDimBlock), kk > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      float s[NT][4];
+      const int32_t* valid = sValid + b * kWsTile;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const bool v0 = valid[j * 8 + 2 * t4] != 0, v1 = valid[j * 8 + 2 * t4 + 1] != 0;
+        s[j][0] = v0 ? acc[j][0] * p.scale_log2 : -INFINITY;
+        s[j][1] = v1 ? acc[j][1] * p.scale_log2 : -INFINITY;
+        s[j][2] = v0 ? acc[j][2] * p.scale_log2 : -INFINITY;
+        s[j][3] = v1 ? acc[j][3] * p.scale_log2 : -INFINITY;
+      }
+      float m_use[2], alpha[2];
+      softmax_rescale(s, st, o, m_use, alpha);
+      softmax_weights(s, st, m_use);
+      uint32_t a[NT / 2][4];  // P as the A operand of m64nNk16 (mma.sync m16n8k16 layout per warp)
 #pragma unroll
       for (int kk = 0; kk < NT / 2; ++kk) {
-        const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                               ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        // Tokens 16kk..16kk+15 are two 8-row core-matrix groups, 16 bytes per token row.
-        wgmma::m64n128k16_rs_tb<0>(o, a, wgmma::desc_advance(vd, kk * 16 * 16));
-        wgmma::m64n128k16_rs_tb<16>(o, a, wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
+        a[kk][0] = ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+        a[kk][1] = ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+        a[kk][2] = ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[kk][3] = ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       }
-    wgmma::commit();
-    wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
-    cluster::arrive_local<kPair>(empty_bar(b));
-    if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(empty_bar(b), peer));
+      // Hand P and the rescale factors to the output warpgroup once it has read the last ones.
+      if (i > 0) cluster::wait<false>(p_empty_bar, (i - 1) & 1);
+      const int h0 = hb * 16 + g;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0, 8 * j + 2 * t4)) = a[j / 2][(j & 1) * 2];
+        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0 + 8, 8 * j + 2 * t4)) = a[j / 2][(j & 1) * 2 + 1];
+      }
+      if (t4 == 0) {
+        sAlpha[h0] = alpha[0];
+        sAlpha[h0 + 8] = alpha[1];
+      }
+      cluster::fence_proxy_async<false>();  // P is read by the tensor cores
+      cluster::arrive_local<false>(p_full_bar);
+      wgmma::fence();
+      if (!(p.debug_skip & 4))
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk) {
+          // Tokens 16kk..16kk+15 are two 8-row core-matrix groups, 16 bytes per token row.
+          wgmma::m64n128k16_rs_tb<0>(o, a[kk], wgmma::desc_advance(b ? vd[1] : vd[0], kk * 16 * 16));
+          wgmma::m64n128k16_rs_tb<16>(o, a[kk], wgmma::desc_advance(b ? vd[1] : vd[0], kk * 16 * 16 + 16 * kKDimBlock));
+        }
+      wgmma::commit();
+      wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
+      release_k_tile(b);
+    }
+    const RowTotals tot = row_totals(st);
+    if (t4 == 0) {
+      sInv[hb * 16 + g] = tot.inv[0];
+      sInv[hb * 16 + g + 8] = tot.inv[1];
+    }
+    ptx::named_barrier_sync(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
+    store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
+  } else {
+    // ---- output warpgroup: output dims [256, 512) with P from shared memory ----
+    NVFP4MLA_SETMAXNREG(inc, 168);
+    zero_o();
+    constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
+    const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
+    const uint64_t vd[2] = {v_desc(0, 1), v_desc(1, 1)};
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+      const int i = tile - tile_begin, b = i % kWsKBufs;
+      cluster::wait<false>(p_full_bar, i & 1);
+      wait_k_tile(b, i / kWsKBufs);
+      const float alpha[2] = {sAlpha[hb * 16 + g], sAlpha[hb * 16 + g + 8]};
+      wgmma::wait<0>();  // nothing is in flight; without it ptxas serializes every wgmma (C7515)
+      rescale_rows(o, alpha);
+      wgmma::fence();
+      if (!(p.debug_skip & 4))
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk) {
+          const uint64_t pd = wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock);
+          wgmma::m64n128k16_ss_tb<0>(o, pd, wgmma::desc_advance(b ? vd[1] : vd[0], kk * 16 * 16));
+          wgmma::m64n128k16_ss_tb<16>(o, pd, wgmma::desc_advance(b ? vd[1] : vd[0], kk * 16 * 16 + 16 * kKDimBlock));
+        }
+      wgmma::commit();
+      wgmma::wait<0>();
+      __syncwarp();
+      if (lane == 0) cluster::arrive_local<false>(p_empty_bar);
+      release_k_tile(b);
+    }
+    ptx::named_barrier_sync(kBarConsumers, kWsConsumers);
+    RowTotals tot;
+    tot.inv[0] = sInv[hb * 16 + g];
+    tot.inv[1] = sInv[hb * 16 + g + 8];
+    tot.lse2[0] = tot.lse2[1] = 0.0f;  // the scores warpgroup writes the LSE
+    store_outputs(p, tot, o, row, head0, heads_here, hb, kWsVHalf, false, split, lane);
   }
-  store_outputs(p, st, o, row, head0, heads_here, hb, half * kWsVHalf, half == 0, split, lane);
   }
   // A pair's CTAs write into each other's shared memory until the end: neither exits first.
   if constexpr (kPair) cluster::sync();

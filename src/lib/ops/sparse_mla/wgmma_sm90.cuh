@@ -95,6 +95,24 @@ __device__ __forceinline__ void m64n128k16_rs_tb(float (&d)[blocks][4], const ui
 #endif
 }
 
+// D[64x128] += A[64x16] * B[16x128]: A K-major from shared memory, B MN-major (transposed).
+template <int first, int blocks>
+__device__ __forceinline__ void m64n128k16_ss_tb(float (&d)[blocks][4], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(first + 16 <= blocks);
+#ifdef NVFP4MLA_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+      "%64, %65, p, 1, 1, 0, 1;\n}\n"
+      : NVFP4MLA_ACC32(first), NVFP4MLA_ACC32(first + 8)
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+#endif
+}
+
 #undef NVFP4MLA_ACC32
 #undef NVFP4MLA_ACC4
 
