@@ -132,25 +132,40 @@ __device__ __forceinline__ Words16 pack_16_bf16(const float (&v)[16]) {
   return w;
 }
 
+// The outer scales of one record: the latent's (token scale in dynamic mode, the layer scale in
+// static mode, 1 otherwise) and the FP8 RoPE's. Callers that dequantize several units of a record
+// read them once.
+struct RecordScales {
+  float latent = 1.0f, rope = 1.0f;
+};
 template <class F>
-__device__ __forceinline__ Words16 dequant_unit_words(const uint8_t* rec, int u, float layer_scale) {
+__device__ __forceinline__ RecordScales record_scales(const uint8_t* rec, float layer_scale) {
+  RecordScales sc;
+  if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla) {
+    namespace L = layout::nvfp4;
+    if constexpr (F::spec.scale_mode == ScaleMode::dynamic) sc.latent = load_f32_aligned(rec + L::kTokenScaleOffset);
+    if constexpr (F::spec.scale_mode == ScaleMode::static_calibrated) sc.latent = layer_scale;
+    if constexpr (F::spec.rope == RopeEncoding::fp8) sc.rope = load_f32_aligned(rec + L::kRopeScaleOffset);
+  }
+  return sc;
+}
+
+template <class F>
+__device__ __forceinline__ Words16 dequant_unit_words(const uint8_t* rec, int u, const RecordScales& sc) {
   float v[16];
   if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla) {
     namespace L = layout::nvfp4;
     if (u < kLatentUnits) {
-      float s = 1.0f;
-      if constexpr (F::spec.scale_mode == ScaleMode::dynamic) s = load_f32_aligned(rec + L::kTokenScaleOffset);
-      if constexpr (F::spec.scale_mode == ScaleMode::static_calibrated) s = layer_scale;
       // (e2m1 * d) * s per element, exactly the reader expression of record.h, then BF16.
       const float d = e4m3_to_float(rec[L::kGroupScaleOffset + u]);
-      const E2m1Table table = e2m1_table(d, s, F::spec.scale_mode == ScaleMode::implicit);
+      const E2m1Table table = e2m1_table(d, sc.latent, F::spec.scale_mode == ScaleMode::implicit);
       const uint2 nib = *reinterpret_cast<const uint2*>(rec + L::kLatentOffset + 8 * u);
       uint32_t w0[4], w1[4];
       e2m1x8_lookup(nib.x, table, w0);
       e2m1x8_lookup(nib.y, table, w1);
       return {make_uint4(w0[0], w0[1], w0[2], w0[3]), make_uint4(w1[0], w1[1], w1[2], w1[3])};
     } else if constexpr (F::spec.rope == RopeEncoding::fp8) {
-      e4m3x16_scaled(rec + L::kRopeOffset + 16 * (u - kLatentUnits), load_f32_aligned(rec + L::kRopeScaleOffset), v);
+      e4m3x16_scaled(rec + L::kRopeOffset + 16 * (u - kLatentUnits), sc.rope, v);
       return pack_16_bf16(v);
     } else {
       return load_words16(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
@@ -168,6 +183,10 @@ __device__ __forceinline__ Words16 dequant_unit_words(const uint8_t* rec, int u,
     }
     return load_words16(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
   }
+}
+template <class F>
+__device__ __forceinline__ Words16 dequant_unit_words(const uint8_t* rec, int u, float layer_scale) {
+  return dequant_unit_words<F>(rec, u, record_scales<F>(rec, layer_scale));
 }
 
 // Dequantize unit `u` (0..35) of one record into dst (16 BF16 values of the K row).

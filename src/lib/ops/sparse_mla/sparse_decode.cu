@@ -73,7 +73,6 @@ struct DecodeSmem {
   static_assert(total <= kDecodeSmemPerBlock);
 };
 
-__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 __device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
   if (!p.topk_length) return p.topk;
@@ -177,43 +176,45 @@ __device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], Softmax
   }
   rescale_rows(o, alpha);
 }
-// Step 2: weights 2^(s - m) rounded to BF16 (what the output product uses) replace the logits
-// in `s`; l sums the fp32 weights (for the LSE), l_out the rounded ones (for normalizing).
+// Step 2: weights 2^(s - m) rounded to BF16 (what the output product uses), packed in pairs:
+// w[j][0] holds row g's columns 8j + 2*(lane%4) + {0,1}, w[j][1] row g + 8's (the mma.sync
+// m16n8k16 A-operand layout, so two column blocks make one A fragment). l sums the fp32
+// weights (for the LSE), l_out the rounded ones (for normalizing), read back from the packed
+// words (one pack per pair instead of a conversion per value).
 template <int NT>
-__device__ __forceinline__ void softmax_weights(float (&s)[NT][4], SoftmaxState& st, const float (&m_use)[2]) {
+__device__ __forceinline__ void softmax_weights(const float (&s)[NT][4], SoftmaxState& st, const float (&m_use)[2],
+                                                uint32_t (&w)[NT][2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = 0.0f, sum_rounded = 0.0f;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use[r]), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use[r]);
-      s[j][2 * r] = round_bf16(e0);
-      s[j][2 * r + 1] = round_bf16(e1);
+      w[j][r] = ptx::pack_bf16x2(e0, e1);
       sum += e0 + e1;
-      sum_rounded += s[j][2 * r] + s[j][2 * r + 1];
+      sum_rounded += __uint_as_float(w[j][r] << 16) + __uint_as_float(w[j][r] & 0xFFFF0000u);
     }
     st.l[r] += sum;
     st.l_out[r] += sum_rounded;
   }
 }
 template <int NT, int NT_O>
-__device__ __forceinline__ void softmax_update(float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4]) {
+__device__ __forceinline__ void softmax_update(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
+                                               uint32_t (&w)[NT][2]) {
   float m_use[2], alpha[2];
   softmax_rescale(s, st, o, m_use, alpha);
-  softmax_weights(s, st, m_use);
+  softmax_weights(s, st, m_use, w);
 }
 
-// O += P V for a tile of NT * 8 entries: P (the weights in `s`) is the A operand straight from
+// O += P V for a tile of NT * 8 entries: P (the packed weights `w`) is the A operand straight from
 // registers; V rows come from the K tile (`k_tile`, row stride kRowStride) by transposing
 // ldmatrix, output dims [dim0, dim0 + 8 * NT_O).
 template <int NT, int NT_O>
-__device__ __forceinline__ void pv_update(const float (&s)[NT][4], const __nv_bfloat16* k_tile, int dim0, int lane,
+__device__ __forceinline__ void pv_update(const uint32_t (&w)[NT][2], const __nv_bfloat16* k_tile, int dim0, int lane,
                                           float (&o)[NT_O][4]) {
 #pragma unroll
   for (int kk = 0; kk < NT / 2; ++kk) {
-    const uint32_t a[4] = {ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                           ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                           ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const uint32_t a[4] = {w[2 * kk][0], w[2 * kk][1], w[2 * kk + 1][0], w[2 * kk + 1][1]};
     const __nv_bfloat16* v_base = k_tile + (kk * 16 + (lane & 15)) * kRowStride + dim0 + (lane >> 4) * 8;
 #pragma unroll
     for (int n = 0; n < NT_O; n += 2) {
@@ -419,10 +420,11 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       s[j][2] = v0 ? hi.x * p.scale_log2 : -INFINITY;
       s[j][3] = v1 ? hi.y * p.scale_log2 : -INFINITY;
     }
-    softmax_update(s, st, o);
+    uint32_t w[kTile / 8][2];
+    softmax_update(s, st, o, w);
 
     // 4. O += P V over this warp's output dims.
-    if (!(p.debug_skip & 4)) pv_update(s, sK, part * DPW, lane, o);
+    if (!(p.debug_skip & 4)) pv_update(w, sK, part * DPW, lane, o);
     __syncthreads();
     if constexpr (F::kRawIsKRow) {  // the K tile is free again: it takes the next tile's rows
       if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + 1), sRaw);
@@ -437,7 +439,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 //
 // Four warpgroups per CTA of 64 query heads, KV tiles of 32 entries:
 //  - two producer warpgroups gather raw records (cp.async, kStages tiles ahead) and dequantize
-//    each tile into one of kWsKBufs K buffers;
+//    each tile into a ring of K buffers (three where shared memory allows);
 //  - the scores warpgroup (consumer 0) computes S = Q K^T over all 576 dims, runs the online
 //    softmax once, hands the BF16 weights P and each head's rescale factor to the other
 //    consumer through shared memory, and accumulates O[:, 0:256) += P V with P from registers;
@@ -455,8 +457,12 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 // barrier. Every handoff is a CTA-scope mbarrier (ncu showed cluster-scope release barriers and
 // acquire invalidations costing a large share of the stalls); setmaxnreg moves registers to the
 // consumers.
-constexpr int kWsTile = 32, kWsHeads = 64, kWsThreads = 512, kWsConsumers = 256, kWsProducers = kWsThreads - kWsConsumers;
-constexpr int kWsKBufs = 2;                // K buffers in the ring between producers and consumers
+constexpr int kWsTile = 32, kWsHeads = 64, kWsConsumers = 256, kWsProducers = 256, kWsThreads = kWsConsumers + kWsProducers;
+// setmaxnreg budgets (65536 registers for 512 threads): scores warpgroup, output warpgroup, each
+// producer warpgroup. (A third producer warpgroup does not fit: with 640 threads the launch
+// leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
+constexpr int kWsRegsScores = 216, kWsRegsOutput = 168, kWsRegsProducer = 64;
+static_assert(kWsRegsScores + kWsRegsOutput + 2 * kWsRegsProducer == 65536 / 128);
 constexpr int kWsVHalf = kLatentDim / 2;   // output dims per consumer warpgroup
 constexpr int kBarProducer = 1, kBarConsumers = 2;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
@@ -467,29 +473,39 @@ static_assert(kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: n32 for QK, two n
 template <int kRows>
 __device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kRows + r) * 8 + (d & 7); }
 
+// Shared memory of the warp-specialized kernel for `k_bufs` K buffers and `stages` raw stages.
 template <class F, bool kPair>
-struct WsSmem {
+struct WsLayout {
   static constexpr int tokens_per_cta = kPair ? kWsTile / 2 : kWsTile;  // records this CTA gathers per tile
-  // Bytes the peer delivers into this CTA's K buffer per tile (pairs).
-  static constexpr uint32_t peer_bytes = kPair ? uint32_t(kWsTile / 2) * kQkDim * 2 : 0;
   static constexpr size_t q_bytes = size_t(kWsHeads) * kQkDim * 2;
   static constexpr size_t k_buf_bytes = size_t(kWsTile) * kQkDim * 2;
-  static constexpr size_t p_bytes = size_t(kWsHeads) * kWsTile * 2;     // BF16 weights of one tile
-  static constexpr size_t rows_bytes = size_t(2) * kWsHeads * 4;         // per head: rescale factor, normalizer
-  static constexpr size_t valid_bytes = size_t(kWsKBufs) * kWsTile * 4;
-  static constexpr int num_bars = 3 * kWsKBufs + 2;  // full, remote full, empty per K buffer; P full, P empty
-  static constexpr size_t bar_bytes = size_t(num_bars) * 8;
+  static constexpr size_t p_bytes = size_t(kWsHeads) * kWsTile * 2;  // BF16 weights of one tile
+  static constexpr size_t rows_bytes = size_t(2) * kWsHeads * 4;      // per head: rescale factor, normalizer
   static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
-  static constexpr size_t fixed = q_bytes + kWsKBufs * k_buf_bytes + p_bytes + rows_bytes + valid_bytes + bar_bytes;
-  static constexpr size_t bytes_for(int stages) { return fixed + stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4; }
-  static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
-                                : bytes_for(3) <= kDecodeSmemPerBlock ? 3
-                                : bytes_for(2) <= kDecodeSmemPerBlock ? 2
-                                                                      : 1;
-  static constexpr size_t k_off = q_bytes, p_off = k_off + kWsKBufs * k_buf_bytes, rows_off = p_off + p_bytes,
-                          valid_off = rows_off + rows_bytes, bar_off = valid_off + valid_bytes,
-                          raw_off = bar_off + bar_bytes, slot_off = raw_off + stages * raw_stage_bytes,
-                          total = bytes_for(stages);
+  static constexpr int num_bars(int k_bufs) { return 3 * k_bufs + 2; }  // full, remote full, empty per K buffer; P full, P empty
+  static constexpr size_t bar_bytes(int k_bufs) { return size_t(num_bars(k_bufs) + 1) / 2 * 16; }  // keeps raw stages 16-byte aligned
+  static constexpr size_t bytes(int k_bufs, int stages) {
+    return q_bytes + k_bufs * k_buf_bytes + p_bytes + rows_bytes + size_t(k_bufs) * kWsTile * 4 + bar_bytes(k_bufs) +
+           stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4;
+  }
+  static constexpr int max_stages(int k_bufs) {
+    for (int st = 4; st > 1; --st)
+      if (bytes(k_bufs, st) <= kDecodeSmemPerBlock) return st;
+    return 1;
+  }
+};
+// Two K buffers: a third (producers two tiles ahead of the score MMAs, one raw stage fewer)
+// measured the same on the H200 (256 x 64: 310-326 vs 311-336 us; 256 x 128: 529-565 vs 526-572).
+template <class F, bool kPair>
+struct WsSmem : WsLayout<F, kPair> {
+  using L = WsLayout<F, kPair>;
+  static constexpr int k_bufs = 2, stages = L::max_stages(k_bufs);
+  // Bytes the peer delivers into this CTA's K buffer per tile (pairs).
+  static constexpr uint32_t peer_bytes = kPair ? uint32_t(kWsTile / 2) * kQkDim * 2 : 0;
+  static constexpr size_t k_off = L::q_bytes, p_off = k_off + k_bufs * L::k_buf_bytes, rows_off = p_off + L::p_bytes,
+                          mask_off = rows_off + L::rows_bytes, bar_off = mask_off + size_t(k_bufs) * kWsTile * 4,
+                          raw_off = bar_off + L::bar_bytes(k_bufs), slot_off = raw_off + stages * L::raw_stage_bytes,
+                          total = L::bytes(k_bufs, stages);
   static_assert(total <= kDecodeSmemPerBlock && bar_off % 8 == 0 && raw_off % 16 == 0);
 };
 
@@ -504,14 +520,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F, kPair>;
   constexpr int kStages = Smem::stages, kSlotRing = kStages + 1, kTokens = Smem::tokens_per_cta;
-  constexpr int kCtas = kPair ? 2 : 1;
+  constexpr int kCtas = kPair ? 2 : 1, kWsKBufs = Smem::k_bufs;
   extern __shared__ __align__(128) uint8_t smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
   __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + Smem::p_off);
   float* sAlpha = reinterpret_cast<float*>(smem + Smem::rows_off);  // this tile's rescale factor per head
   float* sInv = sAlpha + kWsHeads;                                  // final output normalizer per head
-  int32_t* sValid = reinterpret_cast<int32_t*>(smem + Smem::valid_off);
+  float* sMask = reinterpret_cast<float*>(smem + Smem::mask_off);  // per K buffer entry: 0 or -inf
   uint8_t* sRaw = smem + Smem::raw_off;
   int32_t* sSlot = reinterpret_cast<int32_t*>(smem + Smem::slot_off);
   const uint32_t bar0 = ptx::smem_addr(smem + Smem::bar_off);
@@ -552,7 +568,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       cluster::mbarrier_init(empty_bar(b), 8 * kCtas);     // one lane per consumer warp of each CTA
     }
     cluster::mbarrier_init(p_full_bar, 128);  // every thread of the scores warpgroup
-    cluster::mbarrier_init(p_empty_bar, 4);   // one lane per warp of the output warpgroup
+    cluster::mbarrier_init(p_empty_bar, 128);  // every thread of the output warpgroup
     cluster::fence_mbarrier_init();
   }
   if constexpr (kPair) cluster::sync();  // the peer's barriers exist before anything arrives on them
@@ -563,7 +579,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
-    NVFP4MLA_SETMAXNREG(dec, 64);  // 216 + 168 + 2 x 64 = 512 registers per thread quad
+    NVFP4MLA_SETMAXNREG(dec, kWsRegsProducer);
     const bool copies = !(p.debug_skip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     SlotPrefetch ahead(p, row, len, tile_begin + kStages, publishes_slots ? tile_end : 0, kWsTile, ptid);
@@ -585,22 +601,34 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       __nv_bfloat16* kt = k_buf(b);
       const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
       const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
-      // Work item u: 8 consecutive lanes take 8 consecutive entries of one unit, so their
-      // 16-byte stores fill whole core-matrix rows without bank conflicts; a warp covers 4 units
-      // (36 per entry is a multiple of 4), so no warp mixes latent groups and RoPE chunks.
-#pragma unroll 2
-      for (int u = ptid; u < (dequant ? kTokens * kUnitsPerRow : 0); u += kWsProducers) {
-        const int tl = (u >> 3) / kUnitsPerRow * 8 + (u & 7), k = (u >> 3) % kUnitsPerRow, t = tok0 + tl;
-        Words16 w{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-        if (slots[t] >= 0) w = dequant_unit_words<F>(raw + size_t(tl) * F::kRecordBytes, k, p.layer_scale);
-        const int lo = core_offset<kWsTile>(t, 16 * k), hi = core_offset<kWsTile>(t, 16 * k + 8);
-        store_16_words(Dst16{kt + lo, kt + hi}, w.lo, w.hi);
-        if constexpr (kPair) {
-          cluster::store_async(kt_peer + 2 * lo, w.lo, peer_full);
-          cluster::store_async(kt_peer + 2 * hi, w.hi, peer_full);
+      // Thread = (entry, unit phase): kTokens consecutive threads take this CTA's kTokens entries
+      // of one unit, so a warp's 16-byte stores fill whole core-matrix rows (no bank conflicts),
+      // no warp mixes latent groups and RoPE chunks, and each thread reads its entry's validity
+      // and outer scales once per tile.
+      if (dequant) {
+        constexpr int kPhases = kWsProducers / kTokens, kRounds = (kUnitsPerRow + kPhases - 1) / kPhases;
+        const int tl = ptid % kTokens, t = tok0 + tl, phase = ptid / kTokens;
+        const uint8_t* rec = raw + size_t(tl) * F::kRecordBytes;
+        const bool valid = slots[t] >= 0;
+        const RecordScales sc = record_scales<F>(rec, p.layer_scale);  // unused for invalid entries
+        // Straight-line rounds (only the last may be partial, uniformly per warp) and a select
+        // instead of a branch for masked entries (their raw bytes are stale but harmless), so
+        // the compiler can overlap the dependent chains of consecutive units.
+#pragma unroll
+        for (int r = 0; r < kRounds; ++r) {
+          const int k = phase + r * kPhases;
+          if (kUnitsPerRow % kPhases != 0 && r == kRounds - 1 && k >= kUnitsPerRow) break;
+          Words16 w = dequant_unit_words<F>(rec, k, sc);
+          if (!valid) w = Words16{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+          const int lo = core_offset<kWsTile>(t, 16 * k), hi = core_offset<kWsTile>(t, 16 * k + 8);
+          store_16_words(Dst16{kt + lo, kt + hi}, w.lo, w.hi);
+          if constexpr (kPair) {
+            cluster::store_async(kt_peer + 2 * lo, w.lo, peer_full);
+            cluster::store_async(kt_peer + 2 * hi, w.hi, peer_full);
+          }
         }
       }
-      if (ptid < kWsTile) sValid[b * kWsTile + ptid] = slots[ptid] >= 0;
+      if (ptid < kWsTile) sMask[b * kWsTile + ptid] = slots[ptid] >= 0 ? 0.0f : -INFINITY;
       cluster::fence_proxy_async<false>();  // the tensor cores read these buffers next
       cluster::arrive_local<false>(full_bar(b));
       ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
@@ -624,8 +652,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   constexpr uint32_t kQDimBlock = kWsHeads * 16, kKDimBlock = kWsTile * 16, kEight = 128;
   // Descriptors are built once; each MMA advances them by a compile-time byte offset. V of
   // output half `h` is dims [256h, +256) of a K buffer, read transposed (tokens are the k dim).
-  auto v_desc = [&](int b, int h) {
-    return wgmma::smem_desc(ptx::smem_addr(k_buf(b)) + (h * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock);
+  // (Buffer b's descriptors are buffer 0's advanced by b buffers: one add per tile.)
+  constexpr uint32_t kKBufBytes = kWsTile * kQkDim * 2;
+  auto v_desc = [&](int h) {
+    return wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (h * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock);
   };
   // The full/remote-full waits of a K buffer's use (the second consumer repeats them: already
   // complete then, they cost a poll and give it the acquire of the producers' writes).
@@ -643,46 +673,46 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   };
   if (warpgroup == 0) {
     // ---- scores warpgroup: S, softmax, P, output dims [0, 256) ----
-    NVFP4MLA_SETMAXNREG(inc, 216);
+    NVFP4MLA_SETMAXNREG(inc, kWsRegsScores);
     zero_o();
     SoftmaxState st;
     const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
-    const uint64_t k_desc[2] = {wgmma::smem_desc(ptx::smem_addr(k_buf(0)), kKDimBlock, kEight),
-                                wgmma::smem_desc(ptx::smem_addr(k_buf(1)), kKDimBlock, kEight)};
-    const uint64_t vd[2] = {v_desc(0, 0), v_desc(1, 0)};
-    static_assert(kWsKBufs == 2, "descriptor pairs");
+    const uint64_t k_desc0 = wgmma::smem_desc(ptx::smem_addr(k_buf(0)), kKDimBlock, kEight), v_desc0 = v_desc(0);
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       const int i = tile - tile_begin, b = i % kWsKBufs;
       wait_k_tile(b, i / kWsKBufs);
+      const uint64_t k_desc = wgmma::desc_advance(k_desc0, b * kKBufBytes), vd = wgmma::desc_advance(v_desc0, b * kKBufBytes);
       float acc[NT][4];
       wgmma::fence();
       if (!(p.debug_skip & 2))
 #pragma unroll
         for (int kk = 0; kk < kQkDim / 16; ++kk)
           wgmma::m64n32k16_ss(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
-                              wgmma::desc_advance(b ? k_desc[1] : k_desc[0], 2 * kk * kKDimBlock), kk > 0);
+                              wgmma::desc_advance(k_desc, 2 * kk * kKDimBlock), kk > 0);
       wgmma::commit();
       wgmma::wait<0>();
+      // Scaled logits; masked entries (zero K rows) get -inf from the additive mask.
       float s[NT][4];
-      const int32_t* valid = sValid + b * kWsTile;
+      const float* mask = sMask + b * kWsTile;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const bool v0 = valid[j * 8 + 2 * t4] != 0, v1 = valid[j * 8 + 2 * t4 + 1] != 0;
-        s[j][0] = v0 ? acc[j][0] * p.scale_log2 : -INFINITY;
-        s[j][1] = v1 ? acc[j][1] * p.scale_log2 : -INFINITY;
-        s[j][2] = v0 ? acc[j][2] * p.scale_log2 : -INFINITY;
-        s[j][3] = v1 ? acc[j][3] * p.scale_log2 : -INFINITY;
+        const float2 m01 = *reinterpret_cast<const float2*>(mask + j * 8 + 2 * t4);
+        s[j][0] = fmaf(acc[j][0], p.scale_log2, m01.x);
+        s[j][1] = fmaf(acc[j][1], p.scale_log2, m01.y);
+        s[j][2] = fmaf(acc[j][2], p.scale_log2, m01.x);
+        s[j][3] = fmaf(acc[j][3], p.scale_log2, m01.y);
       }
       float m_use[2], alpha[2];
       softmax_rescale(s, st, o, m_use, alpha);
-      softmax_weights(s, st, m_use);
+      uint32_t w[NT][2];
+      softmax_weights(s, st, m_use, w);
       uint32_t a[NT / 2][4];  // P as the A operand of m64nNk16 (mma.sync m16n8k16 layout per warp)
 #pragma unroll
       for (int kk = 0; kk < NT / 2; ++kk) {
-        a[kk][0] = ptx::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-        a[kk][1] = ptx::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-        a[kk][2] = ptx::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[kk][3] = ptx::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        a[kk][0] = w[2 * kk][0];
+        a[kk][1] = w[2 * kk][1];
+        a[kk][2] = w[2 * kk + 1][0];
+        a[kk][3] = w[2 * kk + 1][1];
       }
       // Hand P and the rescale factors to the output warpgroup once it has read the last ones.
       if (i > 0) cluster::wait<false>(p_empty_bar, (i - 1) & 1);
@@ -703,8 +733,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #pragma unroll
         for (int kk = 0; kk < NT / 2; ++kk) {
           // Tokens 16kk..16kk+15 are two 8-row core-matrix groups, 16 bytes per token row.
-          wgmma::m64n128k16_rs_tb<0>(o, a[kk], wgmma::desc_advance(b ? vd[1] : vd[0], kk * 16 * 16));
-          wgmma::m64n128k16_rs_tb<16>(o, a[kk], wgmma::desc_advance(b ? vd[1] : vd[0], kk * 16 * 16 + 16 * kKDimBlock));
+          wgmma::m64n128k16_rs_tb<0>(o, a[kk], wgmma::desc_advance(vd, kk * 16 * 16));
+          wgmma::m64n128k16_rs_tb<16>(o, a[kk], wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
         }
       wgmma::commit();
       wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
@@ -719,15 +749,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
   } else {
     // ---- output warpgroup: output dims [256, 512) with P from shared memory ----
-    NVFP4MLA_SETMAXNREG(inc, 168);
+    NVFP4MLA_SETMAXNREG(inc, kWsRegsOutput);
     zero_o();
     constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
     const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
-    const uint64_t vd[2] = {v_desc(0, 1), v_desc(1, 1)};
+    const uint64_t v_desc1 = v_desc(1);
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       const int i = tile - tile_begin, b = i % kWsKBufs;
       cluster::wait<false>(p_full_bar, i & 1);
       wait_k_tile(b, i / kWsKBufs);
+      const uint64_t vd = wgmma::desc_advance(v_desc1, b * kKBufBytes);
       const float alpha[2] = {sAlpha[hb * 16 + g], sAlpha[hb * 16 + g + 8]};
       wgmma::wait<0>();  // nothing is in flight; without it ptxas serializes every wgmma (C7515)
       rescale_rows(o, alpha);
@@ -736,13 +767,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #pragma unroll
         for (int kk = 0; kk < NT / 2; ++kk) {
           const uint64_t pd = wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock);
-          wgmma::m64n128k16_ss_tb<0>(o, pd, wgmma::desc_advance(b ? vd[1] : vd[0], kk * 16 * 16));
-          wgmma::m64n128k16_ss_tb<16>(o, pd, wgmma::desc_advance(b ? vd[1] : vd[0], kk * 16 * 16 + 16 * kKDimBlock));
+          wgmma::m64n128k16_ss_tb<0>(o, pd, wgmma::desc_advance(vd, kk * 16 * 16));
+          wgmma::m64n128k16_ss_tb<16>(o, pd, wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
         }
       wgmma::commit();
       wgmma::wait<0>();
-      __syncwarp();
-      if (lane == 0) cluster::arrive_local<false>(p_empty_bar);
+      cluster::arrive_local<false>(p_empty_bar);  // its reads of sAlpha are done too
       release_k_tile(b);
     }
     ptx::named_barrier_sync(kBarConsumers, kWsConsumers);
