@@ -1,7 +1,8 @@
 #pragma once
 // Thread-block clusters and mbarriers (sm_90) for the attention kernels: the 128-head decode
 // runs its two 64-head CTAs as a cluster pair that dequantizes each K tile once, each CTA
-// writing its half into both CTAs' shared memory, with cluster-scope full/empty mbarriers.
+// writing its half into both CTAs' shared memory (the peer's copy by st.async, counted in
+// transaction bytes on the peer's mbarrier); every arrive and wait is CTA-scope.
 // Addresses are 32-bit shared-window addresses (ptx::smem_addr); `peer` forms come from
 // map_to_rank. Everything compiles to nothing below sm_90.
 #include <cstdint>
@@ -59,18 +60,13 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 #endif
 }
 
-// Arrive on an mbarrier of this CTA (`bar`) or of another CTA (`bar` from map_to_rank), with
-// release semantics: this thread's earlier shared-memory writes are visible to whoever completes
-// a wait on the phase. kCluster selects cluster scope (needed when the writes or the waiter are
-// in another CTA of the cluster); CTA scope is much cheaper (no cluster-level memory barrier
-// before the arrive, no L1 invalidation after the wait), so single-CTA users pass false.
-template <bool kCluster = true>
+// Arrive on this CTA's mbarrier with release semantics at CTA scope: this thread's earlier
+// shared-memory writes are visible to whoever completes a wait on the phase. (Cluster scope would
+// add a cluster-level memory barrier before every arrive and an L1 invalidation after every wait;
+// data from the peer CTA arrives by st.async with transaction bytes instead.)
 __device__ __forceinline__ void arrive_local(uint32_t bar) {
 #ifdef NVFP4MLA_CLUSTER
-  if constexpr (kCluster)
-    asm volatile("mbarrier.arrive.release.cluster.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-  else
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
 // Arrive on another CTA's mbarrier (`bar` from map_to_rank). Used to say "done reading this
@@ -88,37 +84,16 @@ __device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {
 #endif
 }
 
-// Wait until the phase with parity `parity` of this CTA's mbarrier has completed (acquire at
-// cluster or CTA scope, as for arrive_local).
-#define NVFP4MLA_MBARRIER_WAIT(scope)                                                   \
-  asm volatile(                                                                         \
-      "{\n.reg .pred done;\n"                                                           \
-      "WAIT_%=:\n"                                                                      \
-      "mbarrier.try_wait.parity.acquire." scope ".shared::cta.b64 done, [%0], %1;\n"    \
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),                                             \
-      "r"(parity)                                                                       \
-      : "memory")
-template <bool kCluster = true>
+// Wait until the phase with parity `parity` of this CTA's mbarrier has completed (acquire, CTA scope).
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
 #ifdef NVFP4MLA_CLUSTER
-  if constexpr (kCluster)
-    NVFP4MLA_MBARRIER_WAIT("cluster");
-  else
-    NVFP4MLA_MBARRIER_WAIT("cta");
-#endif
-}
-#undef NVFP4MLA_MBARRIER_WAIT
-
-// Generic-proxy shared-memory writes made visible to the async proxy (wgmma) that reads them
-// after the handoff; run by each writing thread before it arrives. kCluster: the writes include
-// other CTAs' shared memory; otherwise only this CTA's (a narrower, cheaper fence).
-template <bool kCluster = true>
-__device__ __forceinline__ void fence_proxy_async() {
-#ifdef NVFP4MLA_CLUSTER
-  if constexpr (kCluster)
-    asm volatile("fence.proxy.async;\n" ::: "memory");
-  else
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 #endif
 }
 

@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       const int i = tile - tile_begin, b = i % kWsKBufs, use = i / kWsKBufs;
-      if (use > 0) cluster::wait<false>(empty_bar(b), (use - 1) & 1);  // every consumer of the row left this buffer
+      if (use > 0) cluster::wait(empty_bar(b), (use - 1) & 1);  // every consumer of the row left this buffer
       ptx::cp_async_wait_group<kStages - 1>();
       ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
       if constexpr (kPair)
@@ -629,8 +629,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         }
       }
       if (ptid < kWsTile) sMask[b * kWsTile + ptid] = slots[ptid] >= 0 ? 0.0f : -INFINITY;
-      cluster::fence_proxy_async<false>();  // the tensor cores read these buffers next
-      cluster::arrive_local<false>(full_bar(b));
+      wgmma::fence_proxy_async_smem();  // the tensor cores read these buffers next
+      cluster::arrive_local(full_bar(b));
       ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
       if (tile + kStages < tile_end && copies)
         issue_copies<F, kWsProducers, kTokens, false>(p, slot_of(tile + kStages) + tok0, raw_of(tile + kStages), ptid);
@@ -660,14 +660,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // The full/remote-full waits of a K buffer's use (the second consumer repeats them: already
   // complete then, they cost a poll and give it the acquire of the producers' writes).
   auto wait_k_tile = [&](int b, int use) {
-    cluster::wait<false>(full_bar(b), use & 1);
-    if constexpr (kPair) cluster::wait<false>(remote_full_bar(b), use & 1);
+    cluster::wait(full_bar(b), use & 1);
+    if constexpr (kPair) cluster::wait(remote_full_bar(b), use & 1);
   };
   // Done with a K buffer: one lane per warp tells both CTAs' producers.
   auto release_k_tile = [&](int b) {
     __syncwarp();
     if (lane == 0) {
-      cluster::arrive_local<false>(empty_bar(b));
+      cluster::arrive_local(empty_bar(b));
       if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(empty_bar(b), peer));
     }
   };
@@ -715,7 +715,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         a[kk][3] = w[2 * kk + 1][1];
       }
       // Hand P and the rescale factors to the output warpgroup once it has read the last ones.
-      if (i > 0) cluster::wait<false>(p_empty_bar, (i - 1) & 1);
+      if (i > 0) cluster::wait(p_empty_bar, (i - 1) & 1);
       const int h0 = hb * 16 + g;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -726,8 +726,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         sAlpha[h0] = alpha[0];
         sAlpha[h0 + 8] = alpha[1];
       }
-      cluster::fence_proxy_async<false>();  // P is read by the tensor cores
-      cluster::arrive_local<false>(p_full_bar);
+      wgmma::fence_proxy_async_smem();  // P is read by the tensor cores
+      cluster::arrive_local(p_full_bar);
       wgmma::fence();
       if (!(p.debug_skip & 4))
 #pragma unroll
@@ -756,7 +756,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const uint64_t v_desc1 = v_desc(1);
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       const int i = tile - tile_begin, b = i % kWsKBufs;
-      cluster::wait<false>(p_full_bar, i & 1);
+      cluster::wait(p_full_bar, i & 1);
       wait_k_tile(b, i / kWsKBufs);
       const uint64_t vd = wgmma::desc_advance(v_desc1, b * kKBufBytes);
       const float alpha[2] = {sAlpha[hb * 16 + g], sAlpha[hb * 16 + g + 8]};
@@ -772,7 +772,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         }
       wgmma::commit();
       wgmma::wait<0>();
-      cluster::arrive_local<false>(p_empty_bar);  // its reads of sAlpha are done too
+      cluster::arrive_local(p_empty_bar);  // its reads of sAlpha are done too
       release_k_tile(b);
     }
     ptx::named_barrier_sync(kBarConsumers, kWsConsumers);

@@ -56,18 +56,6 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 #endif
 }
 
-// Pins accumulator registers at this point of the program: the compiler may not move their
-// definitions or uses (zero-initialization, the softmax's rescaling) into a stretch where a
-// warpgroup MMA on them may be in flight, which would make ptxas serialize every wgmma of the
-// kernel (C7515). Used around each MMA issue and each register-side update of an accumulator.
-template <int blocks>
-__device__ __forceinline__ void fence_operand(float (&d)[blocks][4]) {
-#pragma unroll
-  for (int j = 0; j < blocks; ++j)
-#pragma unroll
-    for (int k = 0; k < 4; ++k) asm volatile("" : "+f"(d[j][k])::"memory");
-}
-
 // Accumulators are passed as float[N/8][4]: block j holds rows g, g+8 of the warp's 16 rows at
 // columns 8j + 2*(lane%4) + {0,1}, the same per-warp layout as mma.sync m16n8 accumulators.
 #define NVFP4MLA_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
@@ -83,23 +71,6 @@ __device__ __forceinline__ void m64n32k16_ss(float (&d)[4][4], uint64_t desc_a, 
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 #endif
 }
-
-// D[64x32] = A[64x16] * B[16x32] (the first k step: D is write-only, so its old registers
-// are dead before the MMA and the compiler may reuse them).
-#define NVFP4MLA_OUT4(j) "=f"(d[j][0]), "=f"(d[j][1]), "=f"(d[j][2]), "=f"(d[j][3])
-__device__ __forceinline__ void m64n32k16_ss_first(float (&d)[4][4], uint64_t desc_a, uint64_t desc_b) {
-#ifdef NVFP4MLA_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : NVFP4MLA_OUT4(0), NVFP4MLA_OUT4(1), NVFP4MLA_OUT4(2), NVFP4MLA_OUT4(3)
-      : "l"(desc_a), "l"(desc_b));
-#else
-  for (auto& r : d) r[0] = r[1] = r[2] = r[3] = 0.0f;
-#endif
-}
-#undef NVFP4MLA_OUT4
 
 #define NVFP4MLA_ACC32(b) NVFP4MLA_ACC4(b), NVFP4MLA_ACC4(b + 1), NVFP4MLA_ACC4(b + 2), NVFP4MLA_ACC4(b + 3), \
                           NVFP4MLA_ACC4(b + 4), NVFP4MLA_ACC4(b + 5), NVFP4MLA_ACC4(b + 6), NVFP4MLA_ACC4(b + 7)
