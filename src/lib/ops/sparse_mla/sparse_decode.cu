@@ -134,15 +134,14 @@ struct SoftmaxState {
 };
 
 // One tile of the online softmax (base 2). `s` holds the tile's logits (scaled, -inf where
-// masked) in the MMA accumulator layout; on return it holds the BF16-rounded weights.
+// masked) in the MMA accumulator layout; the BF16-rounded weights come back packed (step 2).
 // Lazy rescaling: the reference maximum m only moves when a tile's maximum exceeds it by more
 // than kLazyRescaleLog2, so weights stay below 2^kLazyRescaleLog2 (exact in BF16's range, harmless
 // to the fp32 sums) and the output accumulators are rescaled only in the rare tiles where some
 // row of the warp moves its reference. Out, l and the LSE are the same quantities either way.
 constexpr float kLazyRescaleLog2 = 8.0f;
-// Step 1: the tile's row maxima move the references where needed and rescale the output
-// accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid) and
-// the factor its earlier sums were scaled by (1 unless the reference moved).
+// Output accumulators of a thread's two rows times their rescale factors (skipped, warp-wide,
+// when no row moved its reference).
 template <int NT_O>
 __device__ __forceinline__ void rescale_rows(float (&o)[NT_O][4], const float (&alpha)[2]) {
   if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
@@ -155,6 +154,9 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NT_O][4], const float (&
     }
   }
 }
+// Step 1: the tile's row maxima move the references where needed and rescale the output
+// accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid) and
+// the factor its earlier sums were scaled by (1 unless the reference moved).
 template <int NT, int NT_O>
 __device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
                                                 float (&m_use)[2], float (&alpha)[2]) {
@@ -439,7 +441,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 //
 // Four warpgroups per CTA of 64 query heads, KV tiles of 32 entries:
 //  - two producer warpgroups gather raw records (cp.async, kStages tiles ahead) and dequantize
-//    each tile into a ring of K buffers (three where shared memory allows);
+//    each tile into one of two K buffers;
 //  - the scores warpgroup (consumer 0) computes S = Q K^T over all 576 dims, runs the online
 //    softmax once, hands the BF16 weights P and each head's rescale factor to the other
 //    consumer through shared memory, and accumulates O[:, 0:256) += P V with P from registers;
@@ -473,39 +475,31 @@ static_assert(kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: n32 for QK, two n
 template <int kRows>
 __device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kRows + r) * 8 + (d & 7); }
 
-// Shared memory of the warp-specialized kernel for `k_bufs` K buffers and `stages` raw stages.
-template <class F, bool kPair>
-struct WsLayout {
-  static constexpr int tokens_per_cta = kPair ? kWsTile / 2 : kWsTile;  // records this CTA gathers per tile
-  static constexpr size_t q_bytes = size_t(kWsHeads) * kQkDim * 2;
-  static constexpr size_t k_buf_bytes = size_t(kWsTile) * kQkDim * 2;
-  static constexpr size_t p_bytes = size_t(kWsHeads) * kWsTile * 2;  // BF16 weights of one tile
-  static constexpr size_t rows_bytes = size_t(2) * kWsHeads * 4;      // per head: rescale factor, normalizer
-  static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
-  static constexpr int num_bars(int k_bufs) { return 3 * k_bufs + 2; }  // full, remote full, empty per K buffer; P full, P empty
-  static constexpr size_t bar_bytes(int k_bufs) { return size_t(num_bars(k_bufs) + 1) / 2 * 16; }  // keeps raw stages 16-byte aligned
-  static constexpr size_t bytes(int k_bufs, int stages) {
-    return q_bytes + k_bufs * k_buf_bytes + p_bytes + rows_bytes + size_t(k_bufs) * kWsTile * 4 + bar_bytes(k_bufs) +
-           stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4;
-  }
-  static constexpr int max_stages(int k_bufs) {
-    for (int st = 4; st > 1; --st)
-      if (bytes(k_bufs, st) <= kDecodeSmemPerBlock) return st;
-    return 1;
-  }
-};
+// Shared memory of the warp-specialized kernel: Q, the K buffers, P, per-head rescale factors
+// and normalizers, per-entry masks, the mbarriers, then as many raw record stages (up to 4) as
+// fit, and the slot ring of stages + 1 tiles.
 // Two K buffers: a third (producers two tiles ahead of the score MMAs, one raw stage fewer)
 // measured the same on the H200 (256 x 64: 310-326 vs 311-336 us; 256 x 128: 529-565 vs 526-572).
 template <class F, bool kPair>
-struct WsSmem : WsLayout<F, kPair> {
-  using L = WsLayout<F, kPair>;
-  static constexpr int k_bufs = 2, stages = L::max_stages(k_bufs);
+struct WsSmem {
+  static constexpr int k_bufs = 2;
+  static constexpr int tokens_per_cta = kPair ? kWsTile / 2 : kWsTile;  // records this CTA gathers per tile
   // Bytes the peer delivers into this CTA's K buffer per tile (pairs).
   static constexpr uint32_t peer_bytes = kPair ? uint32_t(kWsTile / 2) * kQkDim * 2 : 0;
-  static constexpr size_t k_off = L::q_bytes, p_off = k_off + k_bufs * L::k_buf_bytes, rows_off = p_off + L::p_bytes,
-                          mask_off = rows_off + L::rows_bytes, bar_off = mask_off + size_t(k_bufs) * kWsTile * 4,
-                          raw_off = bar_off + L::bar_bytes(k_bufs), slot_off = raw_off + stages * L::raw_stage_bytes,
-                          total = L::bytes(k_bufs, stages);
+  static constexpr size_t k_buf_bytes = size_t(kWsTile) * kQkDim * 2;
+  static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
+  static constexpr int num_bars = 3 * k_bufs + 2;  // full, remote full, empty per K buffer; P full, P empty
+  static constexpr size_t k_off = size_t(kWsHeads) * kQkDim * 2, p_off = k_off + k_bufs * k_buf_bytes,
+                          rows_off = p_off + size_t(kWsHeads) * kWsTile * 2,  // P: BF16 weights of one tile
+                          mask_off = rows_off + size_t(2) * kWsHeads * 4,     // per head: rescale factor, normalizer
+                          bar_off = mask_off + size_t(k_bufs) * kWsTile * 4,
+                          raw_off = bar_off + size_t(num_bars + 1) / 2 * 16;  // keeps the raw stages 16-byte aligned
+  static constexpr size_t bytes_for(int stages) { return raw_off + stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4; }
+  static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
+                                : bytes_for(3) <= kDecodeSmemPerBlock ? 3
+                                : bytes_for(2) <= kDecodeSmemPerBlock ? 2
+                                                                      : 1;
+  static constexpr size_t slot_off = raw_off + stages * raw_stage_bytes, total = bytes_for(stages);
   static_assert(total <= kDecodeSmemPerBlock && bar_off % 8 == 0 && raw_off % 16 == 0);
 };
 
@@ -543,7 +537,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int len = row_length(p, row);
   const int tile_begin = split * p.tiles_per_split;
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
-  auto k_buf = [&](int b) { return sK + b * kWsTile * kQkDim; };
+  auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
   auto slot_of = [&](int t) { return sSlot + (t % kSlotRing) * kWsTile; };
   auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
   const bool dequant = !(p.debug_skip & 1);
@@ -653,7 +647,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // Descriptors are built once; each MMA advances them by a compile-time byte offset. V of
   // output half `h` is dims [256h, +256) of a K buffer, read transposed (tokens are the k dim).
   // (Buffer b's descriptors are buffer 0's advanced by b buffers: one add per tile.)
-  constexpr uint32_t kKBufBytes = kWsTile * kQkDim * 2;
+  constexpr uint32_t kKBufBytes = Smem::k_buf_bytes;
   auto v_desc = [&](int h) {
     return wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (h * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock);
   };
@@ -706,7 +700,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       softmax_rescale(s, st, o, m_use, alpha);
       uint32_t w[NT][2];
       softmax_weights(s, st, m_use, w);
-      uint32_t a[NT / 2][4];  // P as the A operand of m64nNk16 (mma.sync m16n8k16 layout per warp)
+      // P as the A operand of m64nNk16: two column blocks make one m16n8k16 A fragment per warp.
+      uint32_t a[NT / 2][4];
 #pragma unroll
       for (int kk = 0; kk < NT / 2; ++kk) {
         a[kk][0] = w[2 * kk][0];
@@ -719,8 +714,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       const int h0 = hb * 16 + g;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0, 8 * j + 2 * t4)) = a[j / 2][(j & 1) * 2];
-        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0 + 8, 8 * j + 2 * t4)) = a[j / 2][(j & 1) * 2 + 1];
+        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0, 8 * j + 2 * t4)) = w[j][0];
+        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0 + 8, 8 * j + 2 * t4)) = w[j][1];
       }
       if (t4 == 0) {
         sAlpha[h0] = alpha[0];
