@@ -21,6 +21,7 @@ struct DecodeCase {
   int rows = 0, heads = 0, topk = 0;
   RecordSpec spec;
   int forced_splits = 0;    // 0 = planner
+  int64_t capacity = int64_t(1) << 20;  // cache slots the random indices point into
 };
 
 struct DecodeResult {
@@ -30,6 +31,9 @@ struct DecodeResult {
   double tflops = 0;        // 2 * heads * rows * topk * (576 + 512) / time
   double gbps = 0;          // (records read once per (row, entry) + q + out) / time
   double frac_copy = 0, frac_mma = 0;
+  // A ceiling measured on the same cache and indices: a plain kernel that only reads every
+  // (row, entry) record once (one warp per record, all SMs full). frac_gather = gather_us / median_us.
+  double gather_us = 0, frac_gather = 0;
   bool finite = true;       // every output element finite
 };
 

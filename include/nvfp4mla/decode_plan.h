@@ -25,11 +25,11 @@ constexpr DecodeTileConfig decode_tile_config(int head_group) {
 }
 // Shared memory of one CTA: Q and K tiles in BF16 (rows padded by 8 values), fp32 scores,
 // `stages` raw record buffers (none for bf16 records, which are copied straight into the K
-// tile) and the slot ring of stages + 1 tiles.
+// tile) and the top-k index ring of 2 stages + 1 tiles.
 constexpr size_t decode_smem_bytes(const DecodeTileConfig& c, int record_bytes, bool raw_is_k_row, int stages) {
   const size_t row = (kQkDim + 8) * 2;
   return size_t(c.head_group) * row + size_t(c.tile_tokens) * row + size_t(c.head_group) * (c.tile_tokens + 8) * 4 +
-         (raw_is_k_row ? 0 : size_t(stages) * c.tile_tokens * record_bytes) + size_t(stages + 1) * c.tile_tokens * 4;
+         (raw_is_k_row ? 0 : size_t(stages) * c.tile_tokens * record_bytes) + size_t(2 * stages + 1) * c.tile_tokens * 4;
 }
 inline constexpr size_t kDecodeSmemPerSm = 228 * 1024;      // Hopper: shared memory per SM
 inline constexpr size_t kDecodeSmemPerBlock = 227 * 1024;   // ... and per CTA (opt-in maximum)
@@ -44,6 +44,12 @@ constexpr int decode_stages(const DecodeTileConfig& c, int record_bytes, bool ra
   }
   return 1;
 }
+
+// NVFP4 records with 16-head groups run a register-fed kernel instead (sparse_decode_h16.cu): the
+// same 4 warps and 32-entry tiles, raw records in kDecodeH16Stages sub-tiles of 16 entries, and
+// registers for kDecodeH16CtasPerSm CTAs per SM.
+inline constexpr int kDecodeH16Stages = 8;
+inline constexpr int kDecodeH16CtasPerSm = 2;
 
 // A CTA's fixed cost in the split planner's estimate, in KV tiles: loading Q, filling the
 // pipeline and storing the output (each extra split also costs partials and a merge).

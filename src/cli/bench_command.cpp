@@ -21,6 +21,7 @@ struct BenchFlags {
   bool all_formats = false;
   std::vector<int> rows, heads, topk;
   int splits = 0;
+  int64_t capacity = int64_t(1) << 20;
   int64_t tokens = 1 << 20;
   int warmup = 3, iters = 20;
   std::string json_path;
@@ -88,7 +89,7 @@ void run_decode_bench(const BenchFlags& f) {
     const int shapes[][3] = {{256, 128, 2048}, {256, 64, 2048}, {128, 16, 2048}, {128, 128, 2048}, {32, 128, 2048},
                              {3, 128, 2048},   {128, 8, 2048},  {128, 32, 2048}, {148, 128, 16384}};
     for (const auto& spec : specs)
-      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits});
+      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits, f.capacity});
   } else {
     const auto rows = f.rows.empty() ? std::vector<int>{256} : f.rows;
     const auto heads = f.heads.empty() ? std::vector<int>{128} : f.heads;
@@ -96,23 +97,26 @@ void run_decode_bench(const BenchFlags& f) {
     for (const auto& spec : specs)
       for (int r : rows)
         for (int h : heads)
-          for (int k : topk) cases.push_back({r, h, k, spec, f.splits});
+          for (int k : topk) cases.push_back({r, h, k, spec, f.splits, f.capacity});
   }
   const auto opt = options_of(f);
   const auto ceil = bench::measure_ceilings(opt);
   const auto res = bench::run_decode(cases, ceil, opt);
   print_ceilings(ceil);
-  std::printf("%-26s %5s %5s %6s %6s %10s %9s %9s %7s %7s\n", "format", "rows", "heads", "topk", "splits", "median us",
-              "TFLOP/s", "GB/s", "%MMA", "%copy");
+  std::printf("cache of %lld slots; gather us: a plain kernel reading the same records once (%%gather = its time / ours)\n",
+              static_cast<long long>(f.capacity));
+  std::printf("%-26s %5s %5s %6s %6s %10s %9s %9s %7s %7s %9s %8s\n", "format", "rows", "heads", "topk", "splits",
+              "median us", "TFLOP/s", "GB/s", "%MMA", "%copy", "gather us", "%gather");
   nlohmann::json j = {{"ceilings", ceilings_json(ceil)}, {"decode", nlohmann::json::array()}};
   for (const auto& r : res) {
-    std::printf("%-26s %5d %5d %6d %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%%%s\n", spec_name(r.c.spec).c_str(), r.c.rows,
-                r.c.heads, r.c.topk, r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
-                r.finite ? "" : "  NON-FINITE OUTPUT");
+    std::printf("%-26s %5d %5d %6d %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%% %9.1f %7.1f%%%s\n", spec_name(r.c.spec).c_str(),
+                r.c.rows, r.c.heads, r.c.topk, r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
+                r.gather_us, 100 * r.frac_gather, r.finite ? "" : "  NON-FINITE OUTPUT");
     j["decode"].push_back({{"format", spec_name(r.c.spec)}, {"rows", r.c.rows}, {"heads", r.c.heads}, {"topk", r.c.topk},
                            {"splits", r.splits}, {"head_group", r.head_group}, {"median_us", r.median_us},
                            {"min_us", r.min_us}, {"tflops", r.tflops}, {"gbps", r.gbps}, {"frac_mma", r.frac_mma},
-                           {"frac_copy", r.frac_copy}, {"finite", r.finite}});
+                           {"frac_copy", r.frac_copy}, {"gather_us", r.gather_us}, {"frac_gather", r.frac_gather},
+                           {"capacity", r.c.capacity}, {"finite", r.finite}});
   }
   write_json(f.json_path, j);
 }
@@ -147,6 +151,9 @@ void add_bench_command(CLI::App& app) {
   dec->add_option("--heads", f->heads, "query heads per row");
   dec->add_option("--topk", f->topk, "top-k entries per row");
   dec->add_option("--splits", f->splits, "force the number of KV splits (0 = planner)");
+  dec->add_option("--capacity", f->capacity, "cache slots the random indices point into")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 26))
+      ->capture_default_str();
   dec->callback([f] { run_decode_bench(*f); });
   auto* ext = bench_cmd->add_subcommand("extend", "Sparse MLA extend/prefill (the decode kernel with one split per row)");
   add_common(ext, *f);

@@ -71,12 +71,13 @@ std::vector<float> row_value_scale(const AttentionProblem& p) {
   return scale;
 }
 
-// Compare with the fp64 reference on the kernel's BF16 operands (output_compare.h).
+// Compare with the fp64 reference on the kernel's operands (output_compare.h).
 int64_t compare(const AttentionProblem& p, const GpuResult& g, LseBase base = LseBase::natural) {
   std::vector<float> ref_out(static_cast<size_t>(p.rows) * p.heads * kLatentDim), ref_lse(static_cast<size_t>(p.rows) * p.heads);
   SparseMlaArgs a = p.host_args();
   a.lse_base = base;
-  sparse_mla_reference(p.spec, a, ref_out.data(), ref_lse.data(), {.bf16_operands = true});
+  const auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, cuda::current_sm_count());
+  sparse_mla_reference(p.spec, a, ref_out.data(), ref_lse.data(), {.bf16_operands = cuda::decode_rounds_k_to_bf16(p.spec, plan)});
   std::vector<float> got(g.out.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = codec::bf16_decode(g.out[i]);
   return nvfp4mla::testing::compare_attention(got, ref_out, g.lse, ref_lse, row_value_scale(p), p.heads);

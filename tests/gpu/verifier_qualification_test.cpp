@@ -132,7 +132,7 @@ BatchFailures check_batch(const RecordSpec& spec, int width, uint64_t seed, int 
     for (size_t i = 0; i < v.size(); ++i) f[i] = codec::bf16_decode(v[i]);
     return f;
   };
-  // The fp64 reference on the kernels' BF16 operands, over a compact cache of the used records
+  // The fp64 reference on the kernels' operands, over a compact cache of the used records
   // (slot = rank of the position among the used ones).
   std::vector<int32_t> compact_idx(idx.size(), -1);
   for (size_t e = 0; e < idx.size(); ++e)
@@ -144,7 +144,8 @@ BatchFailures check_batch(const RecordSpec& spec, int width, uint64_t seed, int 
   h.indices = compact_idx.data();
   h.topk_length = rows_info.topk_length.data();
   std::vector<float> ref_out(size_t(rows) * heads * kLatentDim), ref_lse(size_t(rows) * heads);
-  sparse_mla_reference(spec, h, ref_out.data(), ref_lse.data(), {.bf16_operands = true});
+  const auto plan = plan_sparse_decode(spec, rows, heads, topk, cuda::current_sm_count());
+  sparse_mla_reference(spec, h, ref_out.data(), ref_lse.data(), {.bf16_operands = cuda::decode_rounds_k_to_bf16(spec, plan)});
   using nvfp4mla::testing::compare_attention;
   BatchFailures f;
   {

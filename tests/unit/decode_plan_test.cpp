@@ -40,7 +40,8 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
   // Rows 256 x 64 heads: two waves of whole rows beat four waves of half rows plus a merge.
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 64, 2048, 132).splits, 1);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 128, 2048, 132).splits, 1);
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132).splits, 3);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132).splits, 2);  // one wave at 2 CTAs per SM
+  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, 16, 2048, 132).splits, 3);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, 132, 7).splits, 7);
   const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, 132, 50);
   EXPECT_EQ(clamped.splits, 2);  // at least 64 entries per split
@@ -57,10 +58,15 @@ TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
       EXPECT_GE(stages, 1);
       EXPECT_LE(decode_smem_bytes(cfg, spec.record_bytes(), raw_is_k_row, stages), kDecodeSmemPerBlock);
     }
-  // 16 heads: three CTAs per SM (measured faster than two CTAs with deeper prefetch).
-  const auto p16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132);
+  // 16 heads, portable kernel (bf16 records here): three CTAs per SM (measured faster than two
+  // CTAs with deeper prefetch).
+  const auto p16 = plan_sparse_decode(kSpecBf16, 128, 16, 2048, 132);
   EXPECT_EQ(p16.ctas_per_sm, 3);
   EXPECT_EQ(p16.stages, 1);
+  // NVFP4 records with 16 heads: the register-fed kernel's own budget.
+  const auto h16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132);
+  EXPECT_EQ(h16.ctas_per_sm, kDecodeH16CtasPerSm);
+  EXPECT_EQ(h16.stages, kDecodeH16Stages);
   EXPECT_GE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 64, 2048, 132).stages, 2);
 }
 

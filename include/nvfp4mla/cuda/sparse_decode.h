@@ -16,6 +16,12 @@ namespace nvfp4mla::cuda {
 // SM count of the current device (for plan_sparse_decode).
 int current_sm_count();
 
+// Whether the kernel sparse_decode runs for `spec` and `plan` rounds each dequantized K value to
+// BF16 before its MMAs (the reference of the same operands: ReferenceOptions::bf16_operands). The
+// 16-head NVFP4 kernel does not: it feeds the exact e2m1 * d products and applies the outer
+// scales in fp32.
+bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan);
+
 // out: BF16 [rows, heads, 512]; lse: fp32 [rows, heads]; workspace of at least
 // decode_workspace_layout(plan, rows, heads).total_bytes, 256-byte aligned.
 void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& args, const DecodePlan& plan, void* workspace,

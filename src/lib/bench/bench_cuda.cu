@@ -38,6 +38,22 @@ __global__ void fill_indices(int32_t* p, int64_t n, uint64_t seed, int64_t capac
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     p[i] = static_cast<int32_t>(hash32(seed + 7919 * i) % capacity);
 }
+// Reads record idx[i] (one warp per record, 16 bytes per lane) and folds it into a word that is
+// stored only if it matches an impossible key, so the loads cannot be dropped: the random-gather
+// ceiling of a decode case.
+__global__ void read_records(const uint8_t* __restrict__ cache, int record_bytes, const int32_t* __restrict__ idx,
+                             int64_t n, uint32_t* __restrict__ sink) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (i >= n) return;
+  const uint4* src = reinterpret_cast<const uint4*>(cache + static_cast<int64_t>(idx[i]) * record_bytes);
+  uint32_t acc = 0;
+  for (int c = lane; c < record_bytes / 16; c += 32) {
+    const uint4 v = __ldcg(src + c);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9E3779B9u) sink[0] = acc;
+}
 __global__ void fill_iota(int64_t* p, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) p[i] = i;
 }
@@ -133,7 +149,7 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
   for (const auto& c : cases) {
     if (opt.progress) opt.progress("decode rows " + std::to_string(c.rows) + " heads " + std::to_string(c.heads) + " topk " + std::to_string(c.topk) + " " + to_string(c.spec.dtype) + "-" + std::to_string(c.spec.record_bytes()) + " " + to_string(c.spec.scale_mode));
     // A cache of 1M tokens (4x the L2 many times over), random indices into it.
-    const int64_t capacity = 1 << 20, chunk = 1 << 16;
+    const int64_t chunk = 1 << 16, capacity = (c.capacity + chunk - 1) / chunk * chunk;
     const int rb = c.spec.record_bytes();
     Dev<uint8_t> cache(size_t(capacity) * rb);
     {
@@ -175,6 +191,13 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     a.layer_scale = 0.01f;
     const auto ms = time_runs([&] { cuda::sparse_decode(c.spec, a, plan, ws.p, ws_layout.total_bytes, o.p, lse.p, s); },
                               opt, flush, s);
+    Dev<uint32_t> sink(1);
+    const int64_t records = int64_t(c.rows) * c.topk;
+    const auto gather_ms = time_runs(
+        [&] {
+          read_records<<<static_cast<unsigned>((records * 32 + 255) / 256), 256, 0, s>>>(cache.p, rb, idx.p, records, sink.p);
+        },
+        opt, flush, s);
     Dev<unsigned long long> bad(1);
     check(cudaMemset(bad.p, 0, 8), "memset");
     count_nonfinite<<<kFillBlocks, kFillThreads>>>(o.p, int64_t(c.rows) * c.heads * kLatentDim, bad.p);
@@ -192,6 +215,8 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     r.gbps = bytes / (r.median_us * 1e-6) / 1e9;
     r.frac_copy = ceil.copy_gbps > 0 ? r.gbps / ceil.copy_gbps : 0;
     r.frac_mma = ceil.bf16_tflops > 0 ? r.tflops / ceil.bf16_tflops : 0;
+    r.gather_us = median(gather_ms) * 1e3;
+    r.frac_gather = r.gather_us / r.median_us;
     r.finite = nbad == 0;
     out.push_back(r);
   }

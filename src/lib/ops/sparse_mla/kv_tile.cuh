@@ -114,6 +114,38 @@ __device__ __forceinline__ void e2m1x8_lookup(uint32_t nib, const E2m1Table& t, 
   }
 }
 
+// Eight E2M1 nibbles (element i in bits 4i..4i+3) to four BF16 pairs without a table: pair e
+// holds elements e (low half) and e + 4 (high half). Each nibble's exponent and mantissa bits
+// drop into the lowest BF16 exponent bits and the top mantissa bit, its sign onto the BF16 sign,
+// so a pair value is e2m1 * 2^-126 (0.5 lands on the subnormal 2^-127). One BF16 multiply by
+// e2m1_pair_scale(d) then gives e2m1 * d * 2^-kE2m1PairShift exactly (at most 6 significant bits,
+// far above the BF16 subnormal range); the caller multiplies 2^kE2m1PairShift back in fp32.
+inline constexpr int kE2m1PairShift = 8;
+__device__ __forceinline__ void e2m1x8_to_pairs(uint32_t nib, uint32_t (&pair)[4]) {
+  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
+  pair[0] = ((nib << 6) & kMag) | ((nib << 12) & kSign);
+  pair[1] = ((nib << 2) & kMag) | ((nib << 8) & kSign);
+  pair[2] = ((nib >> 2) & kMag) | ((nib << 4) & kSign);
+  pair[3] = ((nib >> 6) & kMag) | (nib & kSign);
+}
+// d * 2^(126 - kE2m1PairShift) in both halves of a BF16 pair (exact: E4M3 fits BF16, and the
+// largest product 448 * 2^118 stays below the BF16 maximum).
+__device__ __forceinline__ uint32_t e2m1_pair_scale(float d) {
+  const float f = d * 0x1p118f;
+  static_assert(126 - kE2m1PairShift == 118);
+  return ptx::pack_bf16x2(f, f);
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+// Two E4M3 bytes (low half of `b`) to a BF16 pair (exact: through the hardware E4M3 -> FP16).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t b) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(b & 0xFFFFu), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return ptx::pack_bf16x2(f.x, f.y);
+}
+
 // Unit `u` (0..35) of one record dequantized to 16 BF16 K-row values, as two 16-byte words
 // (values 0..7, 8..15), so a caller can store them wherever its tile layout puts them.
 struct Words16 {

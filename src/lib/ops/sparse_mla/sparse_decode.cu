@@ -25,6 +25,7 @@
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/error.h"
 #include "ops/sparse_mla/cluster_sm90.cuh"
+#include "ops/sparse_mla/decode_common.cuh"
 #include "ops/sparse_mla/format_dispatch.cuh"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
@@ -35,29 +36,6 @@ namespace {
 
 // CTA shape per head block count (decode_plan.h holds the table the planner uses too).
 template <int NB> constexpr DecodeTileConfig kConfig = decode_tile_config(16 * NB);
-constexpr int kRowStride = kQkDim + 8;    // BF16 elements per Q/K smem row (pad: no bank conflicts)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-struct DecodeParams {
-  const uint16_t* q;
-  const uint8_t* cache;
-  int64_t capacity;
-  const int32_t* indices;
-  const int32_t* topk_length;
-  int topk, heads;
-  int splits, tiles_per_split, num_tiles;
-  float scale_log2;  // sm_scale * log2(e)
-  float layer_scale;
-  bool lse_base2;
-  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV, 8 record copies (64-head
-                  // kernel); results are garbage
-  __nv_bfloat16* out;   // final output when splits == 1
-  float* lse;
-  float* part_out;      // [rows, heads, splits, 512] when splits > 1
-  float* part_lse;      // [rows, heads, splits] (base 2)
-};
-
 template <int NB, class F>
 struct DecodeSmem {
   static constexpr int HG = 16 * NB, BN = kConfig<NB>.tile_tokens, kScoreStride = BN + 8;
@@ -66,147 +44,13 @@ struct DecodeSmem {
   static constexpr size_t k_bytes = size_t(BN) * kRowStride * 2;
   static constexpr size_t s_bytes = size_t(HG) * kScoreStride * 4;
   static constexpr size_t raw_stage_bytes = F::kRawIsKRow ? 0 : size_t(BN) * F::kRecordBytes;
-  static constexpr size_t tok_bytes = size_t(stages + 1) * BN * 4;
+  static constexpr size_t idx_bytes = size_t(2 * stages + 1) * BN * 4;
   static constexpr size_t k_off = q_bytes, s_off = k_off + k_bytes, raw_off = s_off + s_bytes,
-                          tok_off = raw_off + stages * raw_stage_bytes, total = tok_off + tok_bytes;
+                          idx_off = raw_off + stages * raw_stage_bytes, total = idx_off + idx_bytes;
   static_assert(total == decode_smem_bytes(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow, stages));
   static_assert(total <= kDecodeSmemPerBlock);
 };
 
-
-__device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
-  if (!p.topk_length) return p.topk;
-  const int n = p.topk_length[row];
-  return n < 0 ? 0 : (n > p.topk ? p.topk : n);
-}
-
-// Slot of top-k position `pos` of `row`, or -1 when the entry is masked.
-__device__ __forceinline__ int32_t entry_slot(const DecodeParams& p, int row, int len, int pos) {
-  if (pos >= len) return -1;
-  const int32_t idx = p.indices[static_cast<int64_t>(row) * p.topk + pos];
-  return (idx >= 0 && idx < p.capacity) ? idx : -1;
-}
-
-// Slots of future tiles travel in registers of the threads that publish them (one entry per
-// thread), kSlotAhead tiles deep: an index load then has several tiles of work to complete
-// before its slot is needed, instead of one (a dependent global load per tile bounded the
-// loop at one memory latency per tile).
-constexpr int kSlotAhead = 4;
-struct SlotPrefetch {
-  int32_t v[kSlotAhead];
-  // Start with the slots of tiles first .. first + kSlotAhead - 1 (-1 past `end`).
-  __device__ __forceinline__ SlotPrefetch(const DecodeParams& p, int row, int len, int first, int end, int kTile, int lane) {
-#pragma unroll
-    for (int i = 0; i < kSlotAhead; ++i) v[i] = first + i < end ? entry_slot(p, row, len, (first + i) * kTile + lane) : -1;
-  }
-  // The oldest slot; the register ring then takes tile `next` (the one kSlotAhead later).
-  __device__ __forceinline__ int32_t pop(const DecodeParams& p, int row, int len, int next, int end, int kTile, int lane) {
-    const int32_t out = v[0];
-#pragma unroll
-    for (int i = 0; i + 1 < kSlotAhead; ++i) v[i] = v[i + 1];
-    v[kSlotAhead - 1] = next < end ? entry_slot(p, row, len, next * kTile + lane) : -1;
-    return out;
-  }
-};
-
-// Start the asynchronous copy of a tile's raw records whose slots are in `tok` (into the raw
-// buffer, or straight into the K tile for bf16 records).
-template <class F, int kThreads, int kTile, bool kIntoKRows = F::kRawIsKRow>
-__device__ __forceinline__ void issue_copies(const DecodeParams& p, const int32_t* tok, uint8_t* raw,
-                                             int thread = threadIdx.x) {
-  constexpr int chunks = F::kRecordBytes / 16;
-  for (int c = thread; c < kTile * chunks; c += kThreads) {
-    const int t = c / chunks, ch = c % chunks;
-    const int32_t slot = tok[t];
-    if (slot < 0) continue;
-    const uint8_t* src = p.cache + static_cast<int64_t>(slot) * F::kRecordBytes + 16 * ch;
-    uint8_t* dst = kIntoKRows ? raw + (size_t(t) * kRowStride * 2 + 16 * ch) : raw + (size_t(t) * F::kRecordBytes + 16 * ch);
-    ptx::cp_async_16(dst, src);
-  }
-  ptx::cp_async_commit();
-}
-
-// Online softmax state of one thread: rows g and g + 8 of its warp's 16-head block. l sums the
-// fp32 weights (for the LSE); l_out sums the BF16-rounded weights the PV product uses (for
-// normalizing the output).
-struct SoftmaxState {
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, l_out[2] = {0.0f, 0.0f};
-};
-
-// One tile of the online softmax (base 2). `s` holds the tile's logits (scaled, -inf where
-// masked) in the MMA accumulator layout; the BF16-rounded weights come back packed (step 2).
-// Lazy rescaling: the reference maximum m only moves when a tile's maximum exceeds it by more
-// than kLazyRescaleLog2, so weights stay below 2^kLazyRescaleLog2 (exact in BF16's range, harmless
-// to the fp32 sums) and the output accumulators are rescaled only in the rare tiles where some
-// row of the warp moves its reference. Out, l and the LSE are the same quantities either way.
-constexpr float kLazyRescaleLog2 = 8.0f;
-// Output accumulators of a thread's two rows times their rescale factors (skipped, warp-wide,
-// when no row moved its reference).
-template <int NT_O>
-__device__ __forceinline__ void rescale_rows(float (&o)[NT_O][4], const float (&alpha)[2]) {
-  if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-    for (int i = 0; i < NT_O; ++i) {
-      o[i][0] *= alpha[0];
-      o[i][1] *= alpha[0];
-      o[i][2] *= alpha[1];
-      o[i][3] *= alpha[1];
-    }
-  }
-}
-// Step 1: the tile's row maxima move the references where needed and rescale the output
-// accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid) and
-// the factor its earlier sums were scaled by (1 unless the reference moved).
-template <int NT, int NT_O>
-__device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
-                                                float (&m_use)[2], float (&alpha)[2]) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-    // -inf reference (nothing valid yet) moves to any finite maximum.
-    const bool move = mx > st.m[r] + kLazyRescaleLog2;
-    const float m_new = move ? mx : st.m[r];
-    m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[r] = move ? ptx::exp2_approx(st.m[r] - m_use[r]) : 1.0f;
-    st.m[r] = m_new;
-    st.l[r] *= alpha[r];
-    st.l_out[r] *= alpha[r];
-  }
-  rescale_rows(o, alpha);
-}
-// Step 2: weights 2^(s - m) rounded to BF16 (what the output product uses), packed in pairs:
-// w[j][0] holds row g's columns 8j + 2*(lane%4) + {0,1}, w[j][1] row g + 8's (the mma.sync
-// m16n8k16 A-operand layout, so two column blocks make one A fragment). l sums the fp32
-// weights (for the LSE), l_out the rounded ones (for normalizing), read back from the packed
-// words (one pack per pair instead of a conversion per value).
-template <int NT>
-__device__ __forceinline__ void softmax_weights(const float (&s)[NT][4], SoftmaxState& st, const float (&m_use)[2],
-                                                uint32_t (&w)[NT][2]) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = 0.0f, sum_rounded = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use[r]), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use[r]);
-      w[j][r] = ptx::pack_bf16x2(e0, e1);
-      sum += e0 + e1;
-      sum_rounded += __uint_as_float(w[j][r] << 16) + __uint_as_float(w[j][r] & 0xFFFF0000u);
-    }
-    st.l[r] += sum;
-    st.l_out[r] += sum_rounded;
-  }
-}
-template <int NT, int NT_O>
-__device__ __forceinline__ void softmax_update(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
-                                               uint32_t (&w)[NT][2]) {
-  float m_use[2], alpha[2];
-  softmax_rescale(s, st, o, m_use, alpha);
-  softmax_weights(s, st, m_use, w);
-}
 
 // O += P V for a tile of NT * 8 entries: P (the packed weights `w`) is the A operand straight from
 // registers; V rows come from the K tile (`k_tile`, row stride kRowStride) by transposing
@@ -226,26 +70,6 @@ __device__ __forceinline__ void pv_update(const uint32_t (&w)[NT][2], const __nv
       ptx::mma_bf16_16816(o[n + 1], a, b[2], b[3]);
     }
   }
-}
-
-// A thread's two rows (heads hb*16 + g and + 8) once the tiles are done: the output
-// normalizer 1 / l_out and the base-2 LSE (0 and -inf for a row without valid entries).
-struct RowTotals {
-  float inv[2], lse2[2];
-};
-__device__ __forceinline__ RowTotals row_totals(const SoftmaxState& st) {
-  RowTotals t;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = st.l[r], lo = st.l_out[r];
-    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
-    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
-    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 1);
-    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 2);
-    t.inv[r] = lo > 0.0f ? 1.0f / lo : 0.0f;
-    t.lse2[r] = l > 0.0f ? st.m[r] + log2f(l) : -INFINITY;
-  }
-  return t;
 }
 
 // Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
@@ -298,7 +122,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
   float* sS = reinterpret_cast<float*>(smem + Smem::s_off);
   uint8_t* sRaw = F::kRawIsKRow ? reinterpret_cast<uint8_t*>(sK) : smem + Smem::raw_off;
-  int32_t* sTok = reinterpret_cast<int32_t*>(smem + Smem::tok_off);
+  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);
 
   const int row = blockIdx.x, head0 = blockIdx.y * HG, split = blockIdx.z;
   const int heads_here = min(HG, p.heads - head0);
@@ -317,22 +141,26 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
     if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
     *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
   }
-  // Raw records travel kStages tiles ahead of the computed tile (a ring of kStages buffers, one
-  // cp.async group per tile, empty groups past the end keep the count uniform). Slots travel
-  // kSlotAhead tiles further in registers of the first kTile threads (SlotPrefetch); sTok is
-  // a ring of kStages + 1 tiles (the computed one and those in flight).
+  // Raw records travel kStages tiles ahead of the computed tile (a ring of kStages buffers; bf16
+  // records go straight into the K tile, one tile ahead) and their top-k indices kStages tiles
+  // further, both by cp.async: the group of tile u holds u's records and the indices of
+  // u + kStages (empty groups past the end keep the count uniform). sIdx is a ring of
+  // 2 kStages + 1 tiles of indices.
   constexpr int kStages = Smem::stages;
-  constexpr int kTokRing = kStages + 1;
+  constexpr int kIdxRing = 2 * kStages + 1;
   auto raw_of = [&](int t) { return F::kRawIsKRow ? sRaw : sRaw + size_t(t % kStages) * Smem::raw_stage_bytes; };
-  auto tok_of = [&](int t) { return sTok + (t % kTokRing) * kTile; };
+  auto idx_of = [&](int t) { return sIdx + (t % kIdxRing) * kTile; };
   if (tid < kTile)
-    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) tok_of(t)[tid] = entry_slot(p, row, len, t * kTile + tid);
-  SlotPrefetch ahead(p, row, len, tile_begin + kStages, tid < kTile ? tile_end : 0, kTile, tid);
+    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) issue_index_copy<kTile>(p, row, len, t, idx_of(t), tid);
+  ptx::cp_async_commit();
+  ptx::cp_async_wait_group<0>();
   __syncthreads();
-  for (int t = tile_begin; t < tile_begin + kStages; ++t) {
-    if (t < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(t), raw_of(t));
-    else ptx::cp_async_commit();
-  }
+  auto issue_group = [&](int u) {
+    if (u < tile_end) issue_record_copies<F, kThreads, kTile, F::kRawIsKRow>(p, len, u * kTile, idx_of(u), raw_of(u), tid);
+    if (tid < kTile && u + kStages < tile_end) issue_index_copy<kTile>(p, row, len, u + kStages, idx_of(u + kStages), tid);
+    ptx::cp_async_commit();
+  };
+  for (int t = tile_begin; t < tile_begin + kStages; ++t) issue_group(t);
 
   float o[NT_O][4];
 #pragma unroll
@@ -340,13 +168,11 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
   SoftmaxState st;
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int32_t* tok = tok_of(tile);
+    const int32_t* idx = idx_of(tile);
+    auto valid_entry = [&](int e) { return slot_of_index(p, len, tile * kTile + e, idx[e]) >= 0; };
     const uint8_t* raw = raw_of(tile);
     ptx::cp_async_wait_group<kStages - 1>();
     __syncthreads();
-    if (tid < kTile && tile + kStages < tile_end) {
-      tok_of(tile + kStages)[tid] = ahead.pop(p, row, len, tile + kStages + kSlotAhead, tile_end, kTile, tid);
-    }
     // 1. Dequantize into the K tile; masked entries become zero rows. Latent groups and RoPE
     //    chunks run in separate loops so that no warp diverges between the two paths.
     for (int u = tid; u < kTile * kLatentUnits; u += kThreads) {
@@ -354,7 +180,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
       if (p.debug_skip & 1) {
         if (t == 0) store_16_zero(contiguous(dst));
-      } else if (tok[t] < 0) {
+      } else if (!valid_entry(t)) {
         store_16_zero(contiguous(dst));
       } else if constexpr (!F::kRawIsKRow) {
         dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
@@ -364,7 +190,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
     for (int u = tid; u < kTile * kRopeUnits; u += kThreads) {
       const int t = u / kRopeUnits, k = kLatentUnits + u % kRopeUnits;
       __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
-      if (tok[t] < 0) {
+      if (!valid_entry(t)) {
         store_16_zero(contiguous(dst));
       } else if constexpr (!F::kRawIsKRow) {
         dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
@@ -372,8 +198,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
     }
     __syncthreads();
     if constexpr (!F::kRawIsKRow) {  // the buffer just dequantized takes tile + kStages
-      if (tile + kStages < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + kStages), raw_of(tile + kStages));
-      else ptx::cp_async_commit();
+      issue_group(tile + kStages);
     }
 
     // 2. Scores of this warp's columns.
@@ -416,7 +241,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
       const float* s0 = sS + (hb * 16 + g) * kScoreStride + j * 8 + 2 * t4;
       const float2 lo = *reinterpret_cast<const float2*>(s0);
       const float2 hi = *reinterpret_cast<const float2*>(s0 + 8 * kScoreStride);
-      const bool v0 = tok[j * 8 + 2 * t4] >= 0, v1 = tok[j * 8 + 2 * t4 + 1] >= 0;
+      const bool v0 = valid_entry(j * 8 + 2 * t4), v1 = valid_entry(j * 8 + 2 * t4 + 1);
       s[j][0] = v0 ? lo.x * p.scale_log2 : -INFINITY;
       s[j][1] = v1 ? lo.y * p.scale_log2 : -INFINITY;
       s[j][2] = v0 ? hi.x * p.scale_log2 : -INFINITY;
@@ -429,8 +254,7 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
     if (!(p.debug_skip & 4)) pv_update(w, sK, part * DPW, lane, o);
     __syncthreads();
     if constexpr (F::kRawIsKRow) {  // the K tile is free again: it takes the next tile's rows
-      if (tile + 1 < tile_end) issue_copies<F, kThreads, kTile>(p, tok_of(tile + 1), sRaw);
-      else ptx::cp_async_commit();
+      issue_group(tile + 1);
     }
   }
 
@@ -477,7 +301,7 @@ __device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kR
 
 // Shared memory of the warp-specialized kernel: Q, the K buffers, P, per-head rescale factors
 // and normalizers, per-entry masks, the mbarriers, then as many raw record stages (up to 4) as
-// fit, and the slot ring of stages + 1 tiles.
+// fit, and the top-k index ring of 2 stages + 1 tiles.
 // Two K buffers: a third (producers two tiles ahead of the score MMAs, one raw stage fewer)
 // measured the same on the H200 (256 x 64: 310-326 vs 311-336 us; 256 x 128: 529-565 vs 526-572).
 template <class F, bool kPair>
@@ -494,12 +318,13 @@ struct WsSmem {
                           mask_off = rows_off + size_t(2) * kWsHeads * 4,     // per head: rescale factor, normalizer
                           bar_off = mask_off + size_t(k_bufs) * kWsTile * 4,
                           raw_off = bar_off + size_t(num_bars + 1) / 2 * 16;  // keeps the raw stages 16-byte aligned
-  static constexpr size_t bytes_for(int stages) { return raw_off + stages * raw_stage_bytes + size_t(stages + 1) * kWsTile * 4; }
+  // The top-k index ring holds 2 stages + 1 tiles (indices travel `stages` tiles ahead of the records).
+  static constexpr size_t bytes_for(int stages) { return raw_off + stages * raw_stage_bytes + size_t(2 * stages + 1) * kWsTile * 4; }
   static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
                                 : bytes_for(3) <= kDecodeSmemPerBlock ? 3
                                 : bytes_for(2) <= kDecodeSmemPerBlock ? 2
                                                                       : 1;
-  static constexpr size_t slot_off = raw_off + stages * raw_stage_bytes, total = bytes_for(stages);
+  static constexpr size_t idx_off = raw_off + stages * raw_stage_bytes, total = bytes_for(stages);
   static_assert(total <= kDecodeSmemPerBlock && bar_off % 8 == 0 && raw_off % 16 == 0);
 };
 
@@ -513,7 +338,7 @@ template <class F, bool kPair>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F, kPair>;
-  constexpr int kStages = Smem::stages, kSlotRing = kStages + 1, kTokens = Smem::tokens_per_cta;
+  constexpr int kStages = Smem::stages, kIdxRing = 2 * kStages + 1, kTokens = Smem::tokens_per_cta;
   constexpr int kCtas = kPair ? 2 : 1, kWsKBufs = Smem::k_bufs;
   extern __shared__ __align__(128) uint8_t smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -523,7 +348,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   float* sInv = sAlpha + kWsHeads;                                  // final output normalizer per head
   float* sMask = reinterpret_cast<float*>(smem + Smem::mask_off);  // per K buffer entry: 0 or -inf
   uint8_t* sRaw = smem + Smem::raw_off;
-  int32_t* sSlot = reinterpret_cast<int32_t*>(smem + Smem::slot_off);
+  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);  // top-k index ring
   const uint32_t bar0 = ptx::smem_addr(smem + Smem::bar_off);
   auto full_bar = [&](int b) { return bar0 + 8 * b; };                      // this CTA's producers wrote buffer b
   auto remote_full_bar = [&](int b) { return bar0 + 8 * (kWsKBufs + b); };  // the peer's half of buffer b arrived
@@ -538,7 +363,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int tile_begin = split * p.tiles_per_split;
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
   auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
-  auto slot_of = [&](int t) { return sSlot + (t % kSlotRing) * kWsTile; };
+  auto idx_of = [&](int t) { return sIdx + (t % kIdxRing) * kWsTile; };
   auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
   const bool dequant = !(p.debug_skip & 1);
 
@@ -551,10 +376,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   }
   wgmma::fence_proxy_async_smem();
   const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
-  const bool publishes_slots = ptid >= 0 && ptid < kWsTile;
-  if (publishes_slots)
-    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t)
-      slot_of(t)[ptid] = entry_slot(p, row, len, t * kWsTile + ptid);
   if (tid == 0) {
     for (int b = 0; b < kWsKBufs; ++b) {
       cluster::mbarrier_init(full_bar(b), kWsProducers);   // every producer thread of this CTA
@@ -576,11 +397,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     NVFP4MLA_SETMAXNREG(dec, kWsRegsProducer);
     const bool copies = !(p.debug_skip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
-    SlotPrefetch ahead(p, row, len, tile_begin + kStages, publishes_slots ? tile_end : 0, kWsTile, ptid);
-    for (int t = tile_begin; t < tile_begin + kStages; ++t) {
-      if (t < tile_end && copies) issue_copies<F, kWsProducers, kTokens, false>(p, slot_of(t) + tok0, raw_of(t), ptid);
-      else ptx::cp_async_commit();
-    }
+    // Records travel kStages tiles ahead of the dequantized one and their top-k indices kStages
+    // further, both by cp.async: the group of tile u holds this CTA's records of u and the
+    // indices of u + kStages (decode_common.cuh: issue_index_copy).
+    const bool copies_indices = ptid < kWsTile;
+    if (copies_indices)
+      for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) issue_index_copy<kWsTile>(p, row, len, t, idx_of(t), ptid);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait_group<0>();
+    ptx::named_barrier_sync(kBarProducer, kWsProducers);
+    auto issue_group = [&](int u) {
+      if (u < tile_end && copies)
+        issue_record_copies<F, kWsProducers, kTokens>(p, len, u * kWsTile + tok0, idx_of(u) + tok0, raw_of(u), ptid);
+      const int v = u + kStages;
+      if (copies_indices && v < tile_end) issue_index_copy<kWsTile>(p, row, len, v, idx_of(v), ptid);
+      ptx::cp_async_commit();
+    };
+    for (int t = tile_begin; t < tile_begin + kStages; ++t) issue_group(t);
     for (int tile = tile_begin; tile < tile_end; ++tile) {
       const int i = tile - tile_begin, b = i % kWsKBufs, use = i / kWsKBufs;
       if (use > 0) cluster::wait(empty_bar(b), (use - 1) & 1);  // every consumer of the row left this buffer
@@ -588,9 +421,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
       if constexpr (kPair)
         if (ptid == 0) cluster::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : 0u);
-      if (publishes_slots && tile + kStages < tile_end)
-        slot_of(tile + kStages)[ptid] = ahead.pop(p, row, len, tile + kStages + kSlotAhead, tile_end, kWsTile, ptid);
-      const int32_t* slots = slot_of(tile);
+      const int32_t* idx = idx_of(tile);
+      auto valid_entry = [&](int e) { return slot_of_index(p, len, tile * kWsTile + e, idx[e]) >= 0; };
       const uint8_t* raw = raw_of(tile);
       __nv_bfloat16* kt = k_buf(b);
       const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
@@ -603,7 +435,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         constexpr int kPhases = kWsProducers / kTokens, kRounds = (kUnitsPerRow + kPhases - 1) / kPhases;
         const int tl = ptid % kTokens, t = tok0 + tl, phase = ptid / kTokens;
         const uint8_t* rec = raw + size_t(tl) * F::kRecordBytes;
-        const bool valid = slots[t] >= 0;
+        const bool valid = valid_entry(t);
         const RecordScales sc = record_scales<F>(rec, p.layer_scale);  // unused for invalid entries
         // Straight-line rounds (only the last may be partial, uniformly per warp) and a select
         // instead of a branch for masked entries (their raw bytes are stale but harmless), so
@@ -622,13 +454,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           }
         }
       }
-      if (ptid < kWsTile) sMask[b * kWsTile + ptid] = slots[ptid] >= 0 ? 0.0f : -INFINITY;
+      if (ptid < kWsTile) sMask[b * kWsTile + ptid] = valid_entry(ptid) ? 0.0f : -INFINITY;
       wgmma::fence_proxy_async_smem();  // the tensor cores read these buffers next
       cluster::arrive_local(full_bar(b));
       ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
-      if (tile + kStages < tile_end && copies)
-        issue_copies<F, kWsProducers, kTokens, false>(p, slot_of(tile + kStages) + tok0, raw_of(tile + kStages), ptid);
-      else ptx::cp_async_commit();
+      issue_group(tile + kStages);
     }
   } else {
   // ---- consumer warpgroups ----
@@ -876,10 +706,20 @@ bool current_device_is_sm90() {
   return major == 9 && minor == 0 && !force_portable;
 }
 
+// NVFP4 records with 16-head groups run the register-fed kernel (NVFP4MLA_DEBUG_NO_H16: the
+// portable one, an A/B timing aid).
+bool h16_kernel_enabled() {
+  static const bool disabled = std::getenv("NVFP4MLA_DEBUG_NO_H16") != nullptr;
+  return !disabled;
+}
+
 template <class F>
 void dispatch_heads(const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
   switch (plan.head_group) {
-    case 16: return launch_decode<1, F>(p, rows, plan.num_head_groups, stream);
+    case 16:
+      if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla)
+        if (h16_kernel_enabled()) return launch_decode_h16<F>(p, rows, plan.num_head_groups, stream);
+      return launch_decode<1, F>(p, rows, plan.num_head_groups, stream);
     case 32: return launch_decode<2, F>(p, rows, plan.num_head_groups, stream);
     case 64:
       if (current_device_is_sm90()) {
@@ -899,6 +739,10 @@ int current_sm_count() {
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
   return sms;
+}
+
+bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan) {
+  return !(spec.is_nvfp4() && plan.head_group == 16 && h16_kernel_enabled());
 }
 
 void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,

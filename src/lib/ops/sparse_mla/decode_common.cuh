@@ -1,0 +1,198 @@
+#pragma once
+// Pieces shared by the sparse decode kernels (sparse_decode.cu: portable and sm_90
+// warp-specialized; sparse_decode_h16.cu: 16-head register-fed): launch parameters, top-k entry
+// slots, the raw-record copies, the online softmax of a 16-row block and the final row totals.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/format.h"
+#include "ops/sparse_mla/mma_sm80.cuh"
+
+namespace nvfp4mla::cuda {
+
+constexpr int kRowStride = kQkDim + 8;    // BF16 elements per Q/K smem row (pad: no bank conflicts)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct DecodeParams {
+  const uint16_t* q;
+  const uint8_t* cache;
+  int64_t capacity;
+  const int32_t* indices;
+  const int32_t* topk_length;
+  int topk, heads;
+  int splits, tiles_per_split, num_tiles;
+  float scale_log2;  // sm_scale * log2(e)
+  float layer_scale;
+  bool lse_base2;
+  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV, 8 record copies (64-head
+                  // kernel); results are garbage
+  __nv_bfloat16* out;   // final output when splits == 1
+  float* lse;
+  float* part_out;      // [rows, heads, splits, 512] when splits > 1
+  float* part_lse;      // [rows, heads, splits] (base 2)
+};
+
+
+__device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
+  if (!p.topk_length) return p.topk;
+  const int n = p.topk_length[row];
+  return n < 0 ? 0 : (n > p.topk ? p.topk : n);
+}
+
+// Top-k indices travel by cp.async into a shared-memory ring, in the same cp.async groups as the
+// raw records, so no thread ever waits for an index load. (The register ring used before,
+// shifted once per tile, waited for each index load at its first move: it prefetched one tile
+// deep, and every tile paid a global-memory latency.) Entry `lane` of tile `tile` (lane < kTile);
+// zero bytes, read from nowhere, past the row's length.
+template <int kTile>
+__device__ __forceinline__ void issue_index_copy(const DecodeParams& p, int row, int len, int tile, int32_t* ring_tile,
+                                                 int lane) {
+  const int pos = tile * kTile + lane;
+  const int32_t* src = p.indices + static_cast<int64_t>(row) * p.topk + (pos < len ? pos : 0);
+  ptx::cp_async_4_zfill(ring_tile + lane, src, pos < len ? 4 : 0);
+}
+// The slot of top-k position `pos` given its raw index, or -1 when the entry is masked.
+__device__ __forceinline__ int32_t slot_of_index(const DecodeParams& p, int len, int pos, int32_t idx) {
+  return (pos < len && idx >= 0 && idx < p.capacity) ? idx : -1;
+}
+// The raw-record copies of kCount consecutive entries from top-k position pos0, whose indices
+// are at `ring` (see issue_copies).
+// With kIntoKRows (bf16 records) the records land as rows of a K tile (row stride kRowStride).
+template <class F, int kThreads, int kCount, bool kIntoKRows = false>
+__device__ __forceinline__ void issue_record_copies(const DecodeParams& p, int len, int pos0, const int32_t* ring,
+                                                    uint8_t* raw, int thread) {
+  constexpr int chunks = F::kRecordBytes / 16;
+  constexpr size_t dst_stride = kIntoKRows ? size_t(kRowStride) * 2 : F::kRecordBytes;
+  for (int c = thread; c < kCount * chunks; c += kThreads) {
+    const int t = c / chunks, ch = c % chunks;
+    const int32_t slot = slot_of_index(p, len, pos0 + t, ring[t]);
+    if (slot < 0) continue;
+    ptx::cp_async_16(raw + t * dst_stride + 16 * ch, p.cache + static_cast<int64_t>(slot) * F::kRecordBytes + 16 * ch);
+  }
+}
+
+// Online softmax state of one thread: rows g and g + 8 of its warp's 16-head block. l sums the
+// fp32 weights (for the LSE); l_out sums the BF16-rounded weights the PV product uses (for
+// normalizing the output).
+struct SoftmaxState {
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, l_out[2] = {0.0f, 0.0f};
+};
+
+// One tile of the online softmax (base 2). `s` holds the tile's logits (scaled, -inf where
+// masked) in the MMA accumulator layout; the BF16-rounded weights come back packed (step 2).
+// Lazy rescaling: the reference maximum m only moves when a tile's maximum exceeds it by more
+// than kLazyRescaleLog2, so weights stay below 2^kLazyRescaleLog2 (exact in BF16's range, harmless
+// to the fp32 sums) and the output accumulators are rescaled only in the rare tiles where some
+// row of the warp moves its reference. Out, l and the LSE are the same quantities either way.
+constexpr float kLazyRescaleLog2 = 8.0f;
+// Output accumulators of a thread's two rows times their rescale factors (skipped, warp-wide,
+// when no row moved its reference).
+template <int NT_O>
+__device__ __forceinline__ void rescale_rows(float (&o)[NT_O][4], const float (&alpha)[2]) {
+  if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < NT_O; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
+    }
+  }
+}
+// Step 1: the tile's row maxima move the references where needed and rescale the output
+// accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid) and
+// the factor its earlier sums were scaled by (1 unless the reference moved).
+template <int NT, int NT_O>
+__device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
+                                                float (&m_use)[2], float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    // -inf reference (nothing valid yet) moves to any finite maximum.
+    const bool move = mx > st.m[r] + kLazyRescaleLog2;
+    const float m_new = move ? mx : st.m[r];
+    m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[r] = move ? ptx::exp2_approx(st.m[r] - m_use[r]) : 1.0f;
+    st.m[r] = m_new;
+    st.l[r] *= alpha[r];
+    st.l_out[r] *= alpha[r];
+  }
+  rescale_rows(o, alpha);
+}
+// Step 2: weights 2^(s - m) rounded to BF16 (what the output product uses), packed in pairs:
+// w[j][0] holds row g's columns 8j + 2*(lane%4) + {0,1}, w[j][1] row g + 8's (the mma.sync
+// m16n8k16 A-operand layout, so two column blocks make one A fragment). l sums the fp32
+// weights (for the LSE), l_out the rounded ones (for normalizing), read back from the packed
+// words (one pack per pair instead of a conversion per value).
+// With `col_scale` (per column pair of each block j, for kernels whose V rows carry a per-entry
+// factor c outside the BF16 values) the weights are a = 2^(s - m) * c, split into a BF16 part
+// w and the BF16 remainder w_lo = a - w: two products P V carry a to about 16 bits, so P's
+// rounding no longer moves the output and l_out is the fp32 sum.
+template <int NT>
+__device__ __forceinline__ void softmax_weights(const float (&s)[NT][4], SoftmaxState& st, const float (&m_use)[2],
+                                                uint32_t (&w)[NT][2], const float (*col_scale)[2] = nullptr,
+                                                uint32_t (*w_lo)[2] = nullptr) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = 0.0f, sum_rounded = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use[r]), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use[r]);
+      sum += e0 + e1;
+      if (col_scale) {
+        const float a0 = e0 * col_scale[j][0], a1 = e1 * col_scale[j][1];
+        w[j][r] = ptx::pack_bf16x2(a0, a1);
+        w_lo[j][r] = ptx::pack_bf16x2(a0 - __uint_as_float(w[j][r] << 16), a1 - __uint_as_float(w[j][r] & 0xFFFF0000u));
+      } else {
+        w[j][r] = ptx::pack_bf16x2(e0, e1);
+        sum_rounded += __uint_as_float(w[j][r] << 16) + __uint_as_float(w[j][r] & 0xFFFF0000u);
+      }
+    }
+    st.l[r] += sum;
+    st.l_out[r] += col_scale ? sum : sum_rounded;
+  }
+}
+template <int NT, int NT_O>
+__device__ __forceinline__ void softmax_update(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
+                                               uint32_t (&w)[NT][2]) {
+  float m_use[2], alpha[2];
+  softmax_rescale(s, st, o, m_use, alpha);
+  softmax_weights(s, st, m_use, w);
+}
+
+// A thread's two rows (heads hb*16 + g and + 8) once the tiles are done: the output
+// normalizer 1 / l_out and the base-2 LSE (0 and -inf for a row without valid entries).
+struct RowTotals {
+  float inv[2], lse2[2];
+};
+__device__ __forceinline__ RowTotals row_totals(const SoftmaxState& st) {
+  RowTotals t;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r], lo = st.l_out[r];
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 1);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 2);
+    t.inv[r] = lo > 0.0f ? 1.0f / lo : 0.0f;
+    t.lse2[r] = l > 0.0f ? st.m[r] + log2f(l) : -INFINITY;
+  }
+  return t;
+}
+
+
+// The 16-head register-fed kernel for NVFP4 records (sparse_decode_h16.cu), instantiated for the
+// five nvfp4_ds_mla Format<...> types.
+template <class F>
+void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
+
+}  // namespace nvfp4mla::cuda

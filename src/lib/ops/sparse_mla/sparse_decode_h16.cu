@@ -1,0 +1,321 @@
+// 16-head sparse decode for NVFP4 records with the dequantization fed straight into registers
+// (portable: mma.sync, movmatrix, cp.async; sm_80 and later).
+//
+// One CTA = one query row x 16 heads x one split, four warps. Warp w owns latent dims
+// [128w, 128w + 128) and RoPE dims [16w, 16w + 16) of every entry. Per sub-tile of 16 entries:
+//   1. raw records arrive by cp.async (kH16Stages sub-tiles ahead);
+//   2. each warp dequantizes its dims of the 16 records straight into mma.sync B fragments
+//      (no BF16 K tile in shared memory) and computes its partial scores Q[:, dims] K[:, dims]^T;
+//   3. the four partials are summed through shared memory and every warp runs the same online
+//      softmax on the full 16 x 16 block;
+//   4. O[:, latent dims of w] += P V, the V fragments being the K fragments of step 2 transposed
+//      in registers (movmatrix), P entering as a BF16 part and its BF16 remainder.
+// Why: with 16 heads each K value serves only 16 query rows, so the MMAs are cheap and what the
+// 64-head design pays for (a BF16 K tile written and read through shared memory, Q re-read by
+// every warp, 36-deep MMA chains) dominated; here the raw records are the only bulk traffic.
+//
+// Scale folding: latent values enter the MMAs as e2m1 * d * 2^-8 (exact in BF16, kv_tile.cuh);
+// the outer scale (token or layer) times 2^8 multiplies each entry's scores and its weights in P,
+// and the FP8 RoPE scale multiplies the RoPE part of the scores. Neither K nor P is rounded to
+// BF16, so this path is closer to the fp32 reference than the BF16-operand kernels
+// (decode_rounds_k_to_bf16 says which model a plan's kernel follows).
+// Dim order: a lane quad splits a warp's 128 latent dims into 32-dim blocks, one per lane; in
+// its block the k order is permuted (pairs (e, e + 4) of each 8-dim chunk, see perm_dim). Q is
+// loaded with the same permutation and the output is stored back in dim order.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "device/cuda_check.h"
+#include "ops/sparse_mla/decode_common.cuh"
+#include "ops/sparse_mla/kv_tile.cuh"
+#include "ops/sparse_mla/mma_sm80.cuh"
+
+namespace nvfp4mla::cuda {
+namespace {
+
+constexpr DecodeTileConfig kH16Config = decode_tile_config(16);
+constexpr int kH16Heads = 16, kH16Warps = kH16Config.warps, kH16Threads = 32 * kH16Warps;
+constexpr int kH16Sub = 16;     // entries per sub-tile: two column blocks of the score MMA
+constexpr int kH16Stages = kDecodeH16Stages;     // raw record sub-tiles in flight
+// Registers for two CTAs per SM (about 210 per thread). Budgeting for three (168) spilled ~100
+// bytes and measured the same: 128 x 16 heads ran 129 us at 3 splits either way (H200).
+constexpr int kH16MinCtas = kDecodeH16CtasPerSm;
+constexpr int kIdxRing = 2 * kH16Stages;  // sub-tiles of top-k indices in shared memory
+constexpr int kLatentPerWarp = kLatentDim / kH16Warps;  // 128
+constexpr int kLatentPerLane = kLatentPerWarp / 4;      // 32 (a lane quad splits the warp's dims)
+constexpr int kRopePerWarp = kRopeDim / kH16Warps;      // 16: one k16 step
+constexpr int kKSteps = kLatentPerWarp / 16;            // latent k16 steps per warp
+constexpr int kSStride = kH16Sub + 8;                   // partial-score row stride (floats; no bank conflicts)
+static_assert(kH16Warps == 4 && kRopePerWarp == 16 && kLatentPerLane == 32);
+static_assert(kH16Config.tile_tokens % kH16Sub == 0, "planner tiles are whole sub-tiles");
+
+template <class F>
+struct H16Smem {
+  static constexpr size_t raw_stage_bytes = size_t(kH16Sub) * F::kRecordBytes;
+  static constexpr size_t idx_off = kH16Stages * raw_stage_bytes;
+  static constexpr size_t s_off = idx_off + size_t(kIdxRing) * kH16Sub * 4;
+  static constexpr size_t total = s_off + size_t(kH16Warps) * kH16Heads * kSStride * 4;
+  static_assert(raw_stage_bytes % 16 == 0 && s_off % 16 == 0);
+  static_assert((total + kDecodeSmemReservedPerCta) * kH16MinCtas <= kDecodeSmemPerSm);
+};
+
+// Dim, within a lane's 32-dim block, of latent k step kk, fragment register `slot` (k rows
+// 2c, 2c + 1 or 2c + 8, 2c + 9 of lane c) and half `h` of the BF16 pair: the pair (e, e + 4) of
+// 8-dim chunk kk / 2 with e = 2 (kk % 2) + slot, which is how e2m1x8_to_pairs unpacks a word.
+__host__ __device__ constexpr int perm_dim(int kk, int slot, int h) { return 8 * (kk / 2) + 2 * (kk % 2) + slot + 4 * h; }
+
+template <class F>
+__global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_kernel(const DecodeParams p) {
+  static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
+  namespace L = layout::nvfp4;
+  using Smem = H16Smem<F>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* sRaw = smem;
+  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);  // top-k index ring
+  float* sS = reinterpret_cast<float*>(smem + Smem::s_off);  // [warp][head][entry] partial scores
+
+  const int row = blockIdx.x, head0 = blockIdx.y * kH16Heads, split = blockIdx.z;
+  const int heads_here = min(kH16Heads, p.heads - head0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+  const int len = row_length(p, row);
+  constexpr int kSubPerTile = kH16Config.tile_tokens / kH16Sub;
+  const int sub_begin = split * p.tiles_per_split * kSubPerTile;
+  // Sub-tiles past the row's length hold only masked entries: skipped.
+  const int sub_end = min(min(p.num_tiles, (split + 1) * p.tiles_per_split) * kSubPerTile, (len + kH16Sub - 1) / kH16Sub);
+  const int latent0 = kLatentPerWarp * warp + kLatentPerLane * t4;  // this lane's latent block
+  const int rope0 = kRopePerWarp * warp + 4 * t4;                   // this lane's 4 RoPE dims
+
+  // Q as A fragments: 8 latent k steps and one RoPE step, rows g and g + 8 (zero past heads_here).
+  uint32_t qa[kKSteps][4], qr[4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int h = g + 8 * r;
+    uint32_t v[16] = {};
+    uint2 rp = make_uint2(0, 0);
+    if (h < heads_here) {
+      const uint16_t* qh = p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint4 x = *reinterpret_cast<const uint4*>(qh + latent0 + 8 * c);
+        v[4 * c] = x.x;
+        v[4 * c + 1] = x.y;
+        v[4 * c + 2] = x.z;
+        v[4 * c + 3] = x.w;
+      }
+      rp = *reinterpret_cast<const uint2*>(qh + kLatentDim + rope0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+      for (int slot = 0; slot < 2; ++slot) {
+        // Dims d and d + 4 of chunk kk / 2: word (d / 2) and word (d / 2 + 2), half d % 2.
+        const int d = perm_dim(kk, slot, 0) % 8, c = kk / 2;
+        qa[kk][2 * slot + r] = __byte_perm(v[4 * c + d / 2], v[4 * c + d / 2 + 2], d % 2 ? 0x7632 : 0x5410);
+      }
+    qr[r] = rp.x;
+    qr[2 + r] = rp.y;
+  }
+
+  // Raw records travel kH16Stages - 1 sub-tiles ahead of the computed one and their top-k
+  // indices kH16Stages - 1 further, both by cp.async: the group committed for sub-tile u holds
+  // u's records and the indices of u + kH16Stages - 1 (empty groups past the end keep the
+  // count uniform). The index ring holds 2 kH16Stages sub-tiles.
+  auto idx_of = [&](int t) { return sIdx + (t % kIdxRing) * kH16Sub; };
+  auto raw_of = [&](int t) { return sRaw + (t % kH16Stages) * Smem::raw_stage_bytes; };
+  const bool copies_indices = tid < kH16Sub;
+  if (copies_indices)
+    for (int t = sub_begin; t < min(sub_end, sub_begin + kH16Stages - 1); ++t) issue_index_copy<kH16Sub>(p, row, len, t, idx_of(t), tid);
+  ptx::cp_async_commit();
+  ptx::cp_async_wait_group<0>();
+  __syncthreads();
+  auto issue_group = [&](int u) {  // records of u, indices of u + kH16Stages - 1
+    if (u < sub_end) issue_record_copies<F, kH16Threads, kH16Sub>(p, len, u * kH16Sub, idx_of(u), raw_of(u), tid);
+    const int v = u + kH16Stages - 1;
+    if (copies_indices && v < sub_end) issue_index_copy<kH16Sub>(p, row, len, v, idx_of(v), tid);
+    ptx::cp_async_commit();
+  };
+  for (int t = sub_begin; t < sub_begin + kH16Stages - 1; ++t) issue_group(t);
+
+  float o[2 * kKSteps][4];  // output n-block 2 kk + slot: the dims of (kk, slot) in every lane's block
+#pragma unroll
+  for (int n = 0; n < 2 * kKSteps; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  SoftmaxState st;
+  const bool dequant = !(p.debug_skip & 1);
+
+  for (int t = sub_begin; t < sub_end; ++t) {
+    ptx::cp_async_wait_group<kH16Stages - 2>();
+    __syncthreads();  // sub-tile t's records landed; every warp is done with sub-tile t - 1's buffers
+    issue_group(t + kH16Stages - 1);
+    const uint8_t* raw = raw_of(t);
+    const int32_t* idx = idx_of(t);
+    auto valid_entry = [&](int e) { return slot_of_index(p, len, t * kH16Sub + e, idx[e]) >= 0; };
+
+    // 2. K fragments of entries g and 8 + g (masked entries: zero scales, zero RoPE, so stale
+    //    raw bytes never reach the MMAs), then this warp's partial scores.
+    uint32_t kl[2][kKSteps][2], kr[2][2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint8_t* rec = raw + (8 * j + g) * F::kRecordBytes;
+      const bool valid = valid_entry(8 * j + g);
+      const uint4 nib = *reinterpret_cast<const uint4*>(rec + L::kLatentOffset + latent0 / 2);
+      const uint32_t words[4] = {nib.x, nib.y, nib.z, nib.w};
+      // The lane's two NVFP4 groups: words 0-1 and 2-3.
+      const uint32_t sc = *reinterpret_cast<const uint16_t*>(rec + L::kGroupScaleOffset + latent0 / L::kGroupSize);
+      const __half2_raw d_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(sc), __NV_E4M3);
+      const float2 d = __half22float2(*reinterpret_cast<const __half2*>(&d_raw));
+      const uint32_t dpair[2] = {valid ? e2m1_pair_scale(d.x) : 0u, valid ? e2m1_pair_scale(d.y) : 0u};
+#pragma unroll
+      for (int wd = 0; wd < 4; ++wd) {
+        uint32_t pr[4];
+        e2m1x8_to_pairs(words[wd], pr);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kl[j][2 * wd + e / 2][e % 2] = dequant ? bf16x2_mul(pr[e], dpair[wd / 2]) : words[wd];
+      }
+      if constexpr (F::spec.rope == RopeEncoding::fp8) {
+        const uint32_t b = *reinterpret_cast<const uint32_t*>(rec + L::kRopeOffset + rope0);
+        kr[j][0] = valid ? e4m3x2_to_bf16x2(b) : 0u;
+        kr[j][1] = valid ? e4m3x2_to_bf16x2(b >> 16) : 0u;
+      } else {
+        const uint2 b = *reinterpret_cast<const uint2*>(rec + L::kRopeOffset + 2 * rope0);
+        kr[j][0] = valid ? b.x : 0u;
+        kr[j][1] = valid ? b.y : 0u;
+      }
+    }
+    float acc[2][4] = {}, acc_rope[2][4] = {};  // [column block][fragment]
+    if (!(p.debug_skip & 2)) {
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) ptx::mma_bf16_16816(acc[j], qa[kk], kl[j][kk][0], kl[j][kk][1]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) ptx::mma_bf16_16816(acc_rope[j], qr, kr[j][0], kr[j][1]);
+    }
+    // This lane's score columns 8j + 2 t4 + e: validity and outer scales (latent: token or
+    // layer scale times 2^kE2m1PairShift; RoPE: the FP8 RoPE scale).
+    bool col_valid[2][2];
+    float col_latent[2][2], col_rope[2][2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = 8 * j + 2 * t4 + e;
+        const uint8_t* rec = raw + c * F::kRecordBytes;
+        col_valid[j][e] = valid_entry(c);
+        const RecordScales sc = record_scales<F>(rec, p.layer_scale);
+        col_latent[j][e] = col_valid[j][e] ? sc.latent * float(1 << kE2m1PairShift) : 0.0f;
+        col_rope[j][e] = col_valid[j][e] ? sc.rope : 0.0f;
+      }
+    float* my_s = sS + (warp * kH16Heads + g) * kSStride + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float part[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 2 * r + e;
+          part[e] = acc[j][i] * col_latent[j][e] + acc_rope[j][i] * col_rope[j][e];
+        }
+        *reinterpret_cast<float2*>(my_s + 8 * r * kSStride + 8 * j) = make_float2(part[0], part[1]);
+      }
+    __syncthreads();
+
+    // 3. Full scores (sum of the four warps' partials), masked, and the online softmax; P's
+    //    weights carry each entry's latent scale.
+    float s[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float2 sum = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int w2 = 0; w2 < kH16Warps; ++w2) {
+          const float2 x = *reinterpret_cast<const float2*>(sS + (w2 * kH16Heads + g + 8 * r) * kSStride + 8 * j + 2 * t4);
+          sum.x += x.x;
+          sum.y += x.y;
+        }
+        s[j][2 * r] = col_valid[j][0] ? sum.x * p.scale_log2 : -INFINITY;
+        s[j][2 * r + 1] = col_valid[j][1] ? sum.y * p.scale_log2 : -INFINITY;
+      }
+    float m_use[2], alpha[2];
+    softmax_rescale(s, st, o, m_use, alpha);
+    uint32_t w[2][2], w_lo[2][2];
+    softmax_weights(s, st, m_use, w, col_latent, w_lo);
+
+    // 4. O += P V: P (as a BF16 part and its BF16 remainder) is the A fragment as is; V (k =
+    //    entries, n = 8 dims) is each K fragment register transposed.
+    if (!(p.debug_skip & 4)) {
+      const uint32_t a[4] = {w[0][0], w[0][1], w[1][0], w[1][1]}, a_lo[4] = {w_lo[0][0], w_lo[0][1], w_lo[1][0], w_lo[1][1]};
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+        for (int slot = 0; slot < 2; ++slot) {
+          const uint32_t v0 = ptx::movmatrix_trans(kl[0][kk][slot]), v1 = ptx::movmatrix_trans(kl[1][kk][slot]);
+          ptx::mma_bf16_16816(o[2 * kk + slot], a, v0, v1);
+          ptx::mma_bf16_16816(o[2 * kk + slot], a_lo, v0, v1);
+        }
+    }
+  }
+
+  // Output: lane (g, t4) holds heads g and g + 8 over its whole 32-dim block (o[2 kk + slot]
+  // columns 2 t4 + h are dims perm_dim(kk, slot, h)); stored in dim order, 16 bytes at a time.
+  const RowTotals tot = row_totals(st);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int h = g + 8 * r;
+    if (h >= heads_here) continue;
+    float v[kLatentPerLane];
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+      for (int slot = 0; slot < 2; ++slot)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) v[perm_dim(kk, slot, hh)] = o[2 * kk + slot][2 * r + hh] * tot.inv[r];
+    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
+    const bool writes_lse = warp == 0 && t4 == 0;
+    if (p.splits == 1) {
+      uint4* dst = reinterpret_cast<uint4*>(p.out + rh * kLatentDim + latent0);
+#pragma unroll
+      for (int c = 0; c < kLatentPerLane / 8; ++c)
+        dst[c] = make_uint4(ptx::pack_bf16x2(v[8 * c], v[8 * c + 1]), ptx::pack_bf16x2(v[8 * c + 2], v[8 * c + 3]),
+                            ptx::pack_bf16x2(v[8 * c + 4], v[8 * c + 5]), ptx::pack_bf16x2(v[8 * c + 6], v[8 * c + 7]));
+      if (writes_lse) p.lse[rh] = p.lse_base2 ? tot.lse2[r] : tot.lse2[r] * kLn2;
+    } else {
+      const int64_t ps = rh * p.splits + split;
+      float4* dst = reinterpret_cast<float4*>(p.part_out + ps * kLatentDim + latent0);
+#pragma unroll
+      for (int c = 0; c < kLatentPerLane / 4; ++c) dst[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+      if (writes_lse) p.part_lse[ps] = tot.lse2[r];
+    }
+  }
+}
+
+}  // namespace
+
+template <class F>
+void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
+  using Smem = H16Smem<F>;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    check(cudaFuncSetAttribute(sparse_decode_h16_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Smem::total)),
+          "sparse decode (16 heads): shared memory opt-in");
+  });
+  sparse_decode_h16_kernel<F><<<dim3(rows, head_groups, p.splits), kH16Threads, Smem::total, stream>>>(p);
+  check_launch("sparse decode (16 heads) kernel launch");
+}
+
+#define NVFP4MLA_H16_FORMAT(R, M) \
+  template void launch_decode_h16<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::R, ScaleMode::M>>( \
+      const DecodeParams&, int, int, cudaStream_t);
+NVFP4MLA_H16_FORMAT(fp8, implicit)
+NVFP4MLA_H16_FORMAT(fp8, static_calibrated)
+NVFP4MLA_H16_FORMAT(fp8, dynamic)
+NVFP4MLA_H16_FORMAT(bf16, implicit)
+NVFP4MLA_H16_FORMAT(bf16, static_calibrated)
+#undef NVFP4MLA_H16_FORMAT
+
+}  // namespace nvfp4mla::cuda
