@@ -39,10 +39,12 @@ namespace {
 constexpr DecodeTileConfig kH16Config = decode_tile_config(16);
 constexpr int kH16Heads = 16, kH16Warps = kH16Config.warps, kH16Threads = 32 * kH16Warps;
 constexpr int kH16Sub = 16;     // entries per sub-tile: two column blocks of the score MMA
-constexpr int kH16Stages = kDecodeH16Stages;     // raw record sub-tiles in flight
-// Registers for two CTAs per SM (about 210 per thread). Budgeting for three (168) spilled ~100
-// bytes and measured the same: 128 x 16 heads ran 129 us at 3 splits either way (H200).
+constexpr int kH16Stages = kDecodeH16Stages;  // raw record sub-tiles in flight
+// Three CTAs per SM: Q's fragments live in shared memory (ldmatrix per k step), which brings the
+// kernel to 168 registers without spills. Keeping them in registers (210 registers, two CTAs per
+// SM, eight stages) measured the same on the H200: 128 x 16 heads 117-124 vs 118-129 us.
 constexpr int kH16MinCtas = kDecodeH16CtasPerSm;
+constexpr int kQSteps = 9;  // k16 steps of a warp: 8 latent, 1 RoPE
 constexpr int kIdxRing = 2 * kH16Stages;  // sub-tiles of top-k indices in shared memory
 constexpr int kLatentPerWarp = kLatentDim / kH16Warps;  // 128
 constexpr int kLatentPerLane = kLatentPerWarp / 4;      // 32 (a lane quad splits the warp's dims)
@@ -57,7 +59,9 @@ struct H16Smem {
   static constexpr size_t raw_stage_bytes = size_t(kH16Sub) * F::kRecordBytes;
   static constexpr size_t idx_off = kH16Stages * raw_stage_bytes;
   static constexpr size_t s_off = idx_off + size_t(kIdxRing) * kH16Sub * 4;
-  static constexpr size_t total = s_off + size_t(kH16Warps) * kH16Heads * kSStride * 4;
+  static constexpr size_t q_off = s_off + size_t(kH16Warps) * kH16Heads * kSStride * 4;
+  // Q A fragments per warp and k step: 16 rows of 16 logical k (32 bytes, 16-byte chunks swizzled)
+  static constexpr size_t total = q_off + size_t(kH16Warps) * kQSteps * kH16Heads * 32;
   static_assert(raw_stage_bytes % 16 == 0 && s_off % 16 == 0);
   static_assert((total + kDecodeSmemReservedPerCta) * kH16MinCtas <= kDecodeSmemPerSm);
 };
@@ -88,8 +92,11 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   const int latent0 = kLatentPerWarp * warp + kLatentPerLane * t4;  // this lane's latent block
   const int rope0 = kRopePerWarp * warp + 4 * t4;                   // this lane's 4 RoPE dims
 
-  // Q as A fragments: 8 latent k steps and one RoPE step, rows g and g + 8 (zero past heads_here).
-  uint32_t qa[kKSteps][4], qr[4];
+  // Q as A fragments in shared memory, per warp, k step (8 latent, 1 RoPE), row and 16-byte chunk
+  // (fragment registers 0, 2 / 1, 3: rows g / g + 8, chunks 0 / 1), chunks swizzled by row / 4 so
+  // ldmatrix reads eight rows without bank conflicts. Rows past heads_here are zero.
+  __nv_bfloat16* sQw = reinterpret_cast<__nv_bfloat16*>(smem + Smem::q_off) + warp * kQSteps * kH16Heads * 16;
+  auto q_word = [&](int kk, int row, int chunk) { return sQw + (kk * kH16Heads + row) * 16 + 8 * (chunk ^ ((row >> 2) & 1)); };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int h = g + 8 * r;
@@ -108,16 +115,20 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
       rp = *reinterpret_cast<const uint2*>(qh + kLatentDim + rope0);
     }
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk)
+    for (int kk = 0; kk < kQSteps; ++kk)
 #pragma unroll
       for (int slot = 0; slot < 2; ++slot) {
-        // Dims d and d + 4 of chunk kk / 2: word (d / 2) and word (d / 2 + 2), half d % 2.
-        const int d = perm_dim(kk, slot, 0) % 8, c = kk / 2;
-        qa[kk][2 * slot + r] = __byte_perm(v[4 * c + d / 2], v[4 * c + d / 2 + 2], d % 2 ? 0x7632 : 0x5410);
+        uint32_t word = slot ? rp.y : rp.x;  // RoPE: dims 4 t4 + {0, 1} and {2, 3}
+        if (kk < kKSteps) {
+          // Dims d and d + 4 of chunk kk / 2: word (d / 2) and word (d / 2 + 2), half d % 2.
+          const int d = perm_dim(kk, slot, 0) % 8, c = kk / 2;
+          word = __byte_perm(v[4 * c + d / 2], v[4 * c + d / 2 + 2], d % 2 ? 0x7632 : 0x5410);
+        }
+        *reinterpret_cast<uint32_t*>(q_word(kk, h, slot) + 2 * t4) = word;
       }
-    qr[r] = rp.x;
-    qr[2 + r] = rp.y;
   }
+  __syncwarp();
+  const __nv_bfloat16* q_lane = q_word(0, 8 * ((lane >> 3) & 1) + (lane & 7), lane >> 4);  // this lane's ldmatrix row
 
   // Raw records travel kH16Stages - 1 sub-tiles ahead of the computed one and their top-k
   // indices kH16Stages - 1 further, both by cp.async: the group committed for sub-tile u holds
@@ -187,11 +198,16 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
     float acc[2][4] = {}, acc_rope[2][4] = {};  // [column block][fragment]
     if (!(p.debug_skip & 2)) {
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk)
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t a[4];
+        ptx::ldmatrix_x4(a, q_lane + kk * kH16Heads * 16);
 #pragma unroll
-        for (int j = 0; j < 2; ++j) ptx::mma_bf16_16816(acc[j], qa[kk], kl[j][kk][0], kl[j][kk][1]);
+        for (int j = 0; j < 2; ++j) ptx::mma_bf16_16816(acc[j], a, kl[j][kk][0], kl[j][kk][1]);
+      }
+      uint32_t a[4];
+      ptx::ldmatrix_x4(a, q_lane + kKSteps * kH16Heads * 16);
 #pragma unroll
-      for (int j = 0; j < 2; ++j) ptx::mma_bf16_16816(acc_rope[j], qr, kr[j][0], kr[j][1]);
+      for (int j = 0; j < 2; ++j) ptx::mma_bf16_16816(acc_rope[j], a, kr[j][0], kr[j][1]);
     }
     // This lane's score columns 8j + 2 t4 + e: validity and outer scales (latent: token or
     // layer scale times 2^kE2m1PairShift; RoPE: the FP8 RoPE scale).
