@@ -58,7 +58,8 @@ template <class F>
 struct H16Smem {
   static constexpr size_t raw_stage_bytes = size_t(kH16Sub) * F::kRecordBytes;
   static constexpr size_t idx_off = kH16Stages * raw_stage_bytes;
-  static constexpr size_t s_off = idx_off + size_t(kIdxRing) * kH16Sub * 4;
+  static constexpr size_t mask_off = idx_off + size_t(kIdxRing) * kH16Sub * 4;
+  static constexpr size_t s_off = mask_off + size_t(kH16Stages) * kH16Sub * 4;
   static constexpr size_t q_off = s_off + size_t(kH16Warps) * kH16Heads * kSStride * 4;
   // Q A fragments per warp and k step: 16 rows of 16 logical k (32 bytes, 16-byte chunks swizzled)
   static constexpr size_t total = q_off + size_t(kH16Warps) * kQSteps * kH16Heads * 32;
@@ -79,6 +80,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* sRaw = smem;
   int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);  // top-k index ring
+  float* sMask = reinterpret_cast<float*>(smem + Smem::mask_off);     // per staged entry: 0 or -inf
   float* sS = reinterpret_cast<float*>(smem + Smem::s_off);  // [warp][head][entry] partial scores
 
   const int row = blockIdx.x, head0 = blockIdx.y * kH16Heads, split = blockIdx.z;
@@ -142,8 +144,23 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   ptx::cp_async_commit();
   ptx::cp_async_wait_group<0>();
   __syncthreads();
-  auto issue_group = [&](int u) {  // records of u, indices of u + kH16Stages - 1
-    if (u < sub_end) issue_record_copies<F, kH16Threads, kH16Sub>(p, len, u * kH16Sub, idx_of(u), raw_of(u), tid);
+  auto mask_of = [&](int t) { return sMask + (t % kH16Stages) * kH16Sub; };
+  // Records of sub-tile u, masked entries as zero bytes (read from nowhere: zero group scales,
+  // token and RoPE scales and values, so they reach the MMAs as exact zeros and no per-entry
+  // validity is needed downstream), the softmax mask of u, and the indices of u + kH16Stages - 1.
+  auto issue_group = [&](int u) {
+    if (u < sub_end) {
+      constexpr int chunks = F::kRecordBytes / 16;
+      const int32_t* ring = idx_of(u);
+      uint8_t* raw = raw_of(u);
+      for (int c = tid; c < kH16Sub * chunks; c += kH16Threads) {
+        const int e = c / chunks, ch = c % chunks;
+        const int32_t slot = slot_of_index(p, len, u * kH16Sub + e, ring[e]);
+        ptx::cp_async_16_zfill(raw + e * F::kRecordBytes + 16 * ch,
+                               p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes + 16 * ch, slot < 0 ? 0 : 16);
+      }
+      if (tid < kH16Sub) mask_of(u)[tid] = slot_of_index(p, len, u * kH16Sub + tid, ring[tid]) >= 0 ? 0.0f : -INFINITY;
+    }
     const int v = u + kH16Stages - 1;
     if (copies_indices && v < sub_end) issue_index_copy<kH16Sub>(p, row, len, v, idx_of(v), tid);
     ptx::cp_async_commit();
@@ -161,23 +178,21 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
     __syncthreads();  // sub-tile t's records landed; every warp is done with sub-tile t - 1's buffers
     issue_group(t + kH16Stages - 1);
     const uint8_t* raw = raw_of(t);
-    const int32_t* idx = idx_of(t);
-    auto valid_entry = [&](int e) { return slot_of_index(p, len, t * kH16Sub + e, idx[e]) >= 0; };
+    const float* mask = mask_of(t);
 
-    // 2. K fragments of entries g and 8 + g (masked entries: zero scales, zero RoPE, so stale
-    //    raw bytes never reach the MMAs), then this warp's partial scores.
+    // 2. K fragments of entries g and 8 + g (masked entries are zero records), then this warp's
+    //    partial scores.
     uint32_t kl[2][kKSteps][2], kr[2][2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const uint8_t* rec = raw + (8 * j + g) * F::kRecordBytes;
-      const bool valid = valid_entry(8 * j + g);
       const uint4 nib = *reinterpret_cast<const uint4*>(rec + L::kLatentOffset + latent0 / 2);
       const uint32_t words[4] = {nib.x, nib.y, nib.z, nib.w};
       // The lane's two NVFP4 groups: words 0-1 and 2-3.
       const uint32_t sc = *reinterpret_cast<const uint16_t*>(rec + L::kGroupScaleOffset + latent0 / L::kGroupSize);
       const __half2_raw d_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(sc), __NV_E4M3);
       const float2 d = __half22float2(*reinterpret_cast<const __half2*>(&d_raw));
-      const uint32_t dpair[2] = {valid ? e2m1_pair_scale(d.x) : 0u, valid ? e2m1_pair_scale(d.y) : 0u};
+      const uint32_t dpair[2] = {e2m1_pair_scale(d.x), e2m1_pair_scale(d.y)};
 #pragma unroll
       for (int wd = 0; wd < 4; ++wd) {
         uint32_t pr[4];
@@ -187,12 +202,12 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
       }
       if constexpr (F::spec.rope == RopeEncoding::fp8) {
         const uint32_t b = *reinterpret_cast<const uint32_t*>(rec + L::kRopeOffset + rope0);
-        kr[j][0] = valid ? e4m3x2_to_bf16x2(b) : 0u;
-        kr[j][1] = valid ? e4m3x2_to_bf16x2(b >> 16) : 0u;
+        kr[j][0] = e4m3x2_to_bf16x2(b);
+        kr[j][1] = e4m3x2_to_bf16x2(b >> 16);
       } else {
         const uint2 b = *reinterpret_cast<const uint2*>(rec + L::kRopeOffset + 2 * rope0);
-        kr[j][0] = valid ? b.x : 0u;
-        kr[j][1] = valid ? b.y : 0u;
+        kr[j][0] = b.x;
+        kr[j][1] = b.y;
       }
     }
     float acc[2][4] = {}, acc_rope[2][4] = {};  // [column block][fragment]
@@ -209,20 +224,16 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
 #pragma unroll
       for (int j = 0; j < 2; ++j) ptx::mma_bf16_16816(acc_rope[j], a, kr[j][0], kr[j][1]);
     }
-    // This lane's score columns 8j + 2 t4 + e: validity and outer scales (latent: token or
-    // layer scale times 2^kE2m1PairShift; RoPE: the FP8 RoPE scale).
-    bool col_valid[2][2];
+    // This lane's score columns 8j + 2 t4 + e: outer scales (latent: token or layer scale
+    // times 2^kE2m1PairShift; RoPE: the FP8 RoPE scale; finite for masked entries too).
     float col_latent[2][2], col_rope[2][2];
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int c = 8 * j + 2 * t4 + e;
-        const uint8_t* rec = raw + c * F::kRecordBytes;
-        col_valid[j][e] = valid_entry(c);
-        const RecordScales sc = record_scales<F>(rec, p.layer_scale);
-        col_latent[j][e] = col_valid[j][e] ? sc.latent * float(1 << kE2m1PairShift) : 0.0f;
-        col_rope[j][e] = col_valid[j][e] ? sc.rope : 0.0f;
+        const RecordScales sc = record_scales<F>(raw + (8 * j + 2 * t4 + e) * F::kRecordBytes, p.layer_scale);
+        col_latent[j][e] = sc.latent * float(1 << kE2m1PairShift);
+        col_rope[j][e] = sc.rope;
       }
     float* my_s = sS + (warp * kH16Heads + g) * kSStride + 2 * t4;
 #pragma unroll
@@ -253,8 +264,9 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
           sum.x += x.x;
           sum.y += x.y;
         }
-        s[j][2 * r] = col_valid[j][0] ? sum.x * p.scale_log2 : -INFINITY;
-        s[j][2 * r + 1] = col_valid[j][1] ? sum.y * p.scale_log2 : -INFINITY;
+        const float2 m = *reinterpret_cast<const float2*>(mask + 8 * j + 2 * t4);
+        s[j][2 * r] = fmaf(sum.x, p.scale_log2, m.x);
+        s[j][2 * r + 1] = fmaf(sum.y, p.scale_log2, m.y);
       }
     float m_use[2], alpha[2];
     softmax_rescale(s, st, o, m_use, alpha);
