@@ -111,6 +111,23 @@ NVFP4MLA_HD float e2m1_decode(uint8_t nibble) {
   return bits_float(sign | ((e - 1u + 127u) << 23) | (m << 22));
 }
 
+// E2M1 to BF16 without tables, for kernels that feed BF16 MMAs: eight nibbles (element i in
+// bits 4i..4i+3) become four BF16 pairs, pair e holding elements e (low half) and e + 4 (high
+// half). Each nibble's exponent and mantissa bits drop into the lowest BF16 exponent bits and the
+// top mantissa bit, its sign onto the BF16 sign, so a value is e2m1 * 2^-126 (0.5 lands on the
+// subnormal 2^-127). One BF16 multiply by d * kE2m1PairScale then gives e2m1 * d *
+// 2^-kE2m1PairShift exactly for any E4M3 d (at most 6 significant bits, far from the BF16
+// subnormal range, and the scale itself stays below the BF16 maximum).
+inline constexpr int kE2m1PairShift = 8;
+inline constexpr float kE2m1PairScale = 0x1p118f;  // 2^(126 - kE2m1PairShift)
+NVFP4MLA_HD void e2m1x8_to_bf16_pairs(uint32_t nib, uint32_t (&pair)[4]) {
+  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
+  pair[0] = ((nib << 6) & kMag) | ((nib << 12) & kSign);
+  pair[1] = ((nib << 2) & kMag) | ((nib << 8) & kSign);
+  pair[2] = ((nib >> 2) & kMag) | ((nib << 4) & kSign);
+  pair[3] = ((nib >> 6) & kMag) | (nib & kSign);
+}
+
 // ---- BF16 ------------------------------------------------------------------------------
 // IEEE round-to-nearest-even; overflow goes to infinity; NaN becomes 0x7FFF (as
 // __float2bfloat16_rn on the host). Used where BF16 carries values unchanged (outputs,

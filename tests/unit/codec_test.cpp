@@ -141,6 +141,33 @@ TEST(Codec, E2M1DecodeTable) {
   EXPECT_EQ(nc::e2m1_encode(1e30f), 7);
 }
 
+// The table-free E2M1 -> BF16 unpacking of the 16-head decode kernel: every nibble at every
+// position, among random neighbours, lands in its pair as e2m1 * 2^-126, and its product with
+// d * kE2m1PairScale is e2m1 * d * 2^-kE2m1PairShift exactly and exactly a BF16 value, for every
+// finite E4M3 group scale d.
+TEST(Codec, E2M1PairsWithoutTablesAreExact) {
+  std::mt19937 rng(7);
+  for (int pos = 0; pos < 8; ++pos)
+    for (uint32_t v = 0; v < 16; ++v)
+      for (int trial = 0; trial < 16; ++trial) {
+        const uint32_t nib = (rng() & ~(0xFu << (4 * pos))) | (v << (4 * pos));
+        uint32_t pair[4];
+        nc::e2m1x8_to_bf16_pairs(nib, pair);
+        const uint16_t half = static_cast<uint16_t>(pair[pos % 4] >> (16 * (pos / 4)));
+        const float e2m1 = nc::e2m1_decode(static_cast<uint8_t>(v));
+        ASSERT_EQ(nc::bf16_decode(half), e2m1 * 0x1p-126f) << "nibble " << v << " at " << pos;
+        for (int b = 0; b < 256; ++b) {
+          const float d = nc::e4m3_decode(static_cast<uint8_t>(b));
+          if (!std::isfinite(d) || d < 0) continue;
+          const float scale = d * nc::kE2m1PairScale;
+          ASSERT_EQ(nc::bf16_decode(nc::bf16_encode_rn(scale)), scale);  // the scale is a BF16 value
+          const float product = nc::bf16_decode(half) * scale;
+          ASSERT_EQ(product, e2m1 * d * std::ldexp(1.0f, -nc::kE2m1PairShift));
+          ASSERT_EQ(nc::bf16_decode(nc::bf16_encode_rn(product)), product);  // exact in BF16
+        }
+      }
+}
+
 TEST(Codec, Bf16AndFp16) {
   EXPECT_EQ(nc::bf16_encode_satfinite(std::numeric_limits<float>::infinity()), 0x7F7F);
   EXPECT_EQ(nc::bf16_encode_satfinite(-std::numeric_limits<float>::max()), 0xFF7F);

@@ -1,7 +1,7 @@
 #pragma once
 // Pieces shared by the sparse decode kernels (sparse_decode.cu: portable and sm_90
-// warp-specialized; sparse_decode_h16.cu: 16-head register-fed): launch parameters, top-k entry
-// slots, the raw-record copies, the online softmax of a 16-row block and the final row totals.
+// warp-specialized; sparse_decode_h16.cu: 16-head register-fed): launch parameters, the top-k
+// index and raw-record copies, the online softmax of a 16-row block and the final row totals.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -37,7 +37,6 @@ struct DecodeParams {
   float* part_lse;      // [rows, heads, splits] (base 2)
 };
 
-
 __device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
   if (!p.topk_length) return p.topk;
   const int n = p.topk_length[row];
@@ -60,9 +59,10 @@ __device__ __forceinline__ void issue_index_copy(const DecodeParams& p, int row,
 __device__ __forceinline__ int32_t slot_of_index(const DecodeParams& p, int len, int pos, int32_t idx) {
   return (pos < len && idx >= 0 && idx < p.capacity) ? idx : -1;
 }
-// The raw-record copies of kCount consecutive entries from top-k position pos0, whose indices
-// are at `ring` (see issue_copies).
-// With kIntoKRows (bf16 records) the records land as rows of a K tile (row stride kRowStride).
+// The asynchronous copies of the raw records of kCount consecutive entries from top-k position
+// pos0, whose indices are at `ring`; masked entries are skipped (their bytes stay stale, so
+// callers must not let them reach the MMAs). With kIntoKRows (bf16 records) the records land as
+// rows of a K tile (row stride kRowStride).
 template <class F, int kThreads, int kCount, bool kIntoKRows = false>
 __device__ __forceinline__ void issue_record_copies(const DecodeParams& p, int len, int pos0, const int32_t* ring,
                                                     uint8_t* raw, int thread) {

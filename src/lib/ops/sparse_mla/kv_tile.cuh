@@ -114,25 +114,11 @@ __device__ __forceinline__ void e2m1x8_lookup(uint32_t nib, const E2m1Table& t, 
   }
 }
 
-// Eight E2M1 nibbles (element i in bits 4i..4i+3) to four BF16 pairs without a table: pair e
-// holds elements e (low half) and e + 4 (high half). Each nibble's exponent and mantissa bits
-// drop into the lowest BF16 exponent bits and the top mantissa bit, its sign onto the BF16 sign,
-// so a pair value is e2m1 * 2^-126 (0.5 lands on the subnormal 2^-127). One BF16 multiply by
-// e2m1_pair_scale(d) then gives e2m1 * d * 2^-kE2m1PairShift exactly (at most 6 significant bits,
-// far above the BF16 subnormal range); the caller multiplies 2^kE2m1PairShift back in fp32.
-inline constexpr int kE2m1PairShift = 8;
-__device__ __forceinline__ void e2m1x8_to_pairs(uint32_t nib, uint32_t (&pair)[4]) {
-  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
-  pair[0] = ((nib << 6) & kMag) | ((nib << 12) & kSign);
-  pair[1] = ((nib << 2) & kMag) | ((nib << 8) & kSign);
-  pair[2] = ((nib >> 2) & kMag) | ((nib << 4) & kSign);
-  pair[3] = ((nib >> 6) & kMag) | (nib & kSign);
-}
-// d * 2^(126 - kE2m1PairShift) in both halves of a BF16 pair (exact: E4M3 fits BF16, and the
-// largest product 448 * 2^118 stays below the BF16 maximum).
+// codec::e2m1x8_to_bf16_pairs values times e2m1_pair_scale(d) are e2m1 * d * 2^-kE2m1PairShift
+// exactly; the caller multiplies 2^kE2m1PairShift back in fp32.
+inline constexpr int kE2m1PairShift = codec::kE2m1PairShift;
 __device__ __forceinline__ uint32_t e2m1_pair_scale(float d) {
-  const float f = d * 0x1p118f;
-  static_assert(126 - kE2m1PairShift == 118);
+  const float f = d * codec::kE2m1PairScale;
   return ptx::pack_bf16x2(f, f);
 }
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {

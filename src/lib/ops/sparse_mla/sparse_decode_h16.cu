@@ -14,7 +14,7 @@
 // 64-head design pays for (a BF16 K tile written and read through shared memory, Q re-read by
 // every warp, 36-deep MMA chains) dominated; here the raw records are the only bulk traffic.
 //
-// Scale folding: latent values enter the MMAs as e2m1 * d * 2^-8 (exact in BF16, kv_tile.cuh);
+// Scale folding: latent values enter the MMAs as e2m1 * d * 2^-8 (exact in BF16, codec.h);
 // the outer scale (token or layer) times 2^8 multiplies each entry's scores and its weights in P,
 // and the FP8 RoPE scale multiplies the RoPE part of the scores. Neither K nor P is rounded to
 // BF16, so this path is closer to the fp32 reference than the BF16-operand kernels
@@ -72,7 +72,8 @@ struct H16Smem {
 
 // Dim, within a lane's 32-dim block, of latent k step kk, fragment register `slot` (k rows
 // 2c, 2c + 1 or 2c + 8, 2c + 9 of lane c) and half `h` of the BF16 pair: the pair (e, e + 4) of
-// 8-dim chunk kk / 2 with e = 2 (kk % 2) + slot, which is how e2m1x8_to_pairs unpacks a word.
+// 8-dim chunk kk / 2 with e = 2 (kk % 2) + slot, which is how codec::e2m1x8_to_bf16_pairs
+// unpacks a word.
 __host__ __device__ constexpr int perm_dim(int kk, int slot, int h) { return 8 * (kk / 2) + 2 * (kk % 2) + slot + 4 * h; }
 
 template <class F>
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
 #pragma unroll
       for (int wd = 0; wd < 4; ++wd) {
         uint32_t pr[4];
-        e2m1x8_to_pairs(words[wd], pr);
+        codec::e2m1x8_to_bf16_pairs(words[wd], pr);
 #pragma unroll
         for (int e = 0; e < 4; ++e) kl[j][2 * wd + e / 2][e % 2] = dequant ? bf16x2_mul(pr[e], dpair[wd / 2]) : words[wd];
       }
