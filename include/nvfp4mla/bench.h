@@ -21,7 +21,7 @@ struct DecodeCase {
   int rows = 0, heads = 0, topk = 0;
   RecordSpec spec;
   int forced_splits = 0;    // 0 = planner
-  int64_t capacity = int64_t(1) << 20;  // cache slots the random indices point into
+  int64_t capacity = int64_t(1) << 20;  // cache slots the random indices point into (rounded up to 65536s)
 };
 
 struct DecodeResult {

@@ -151,7 +151,7 @@ void add_bench_command(CLI::App& app) {
   dec->add_option("--heads", f->heads, "query heads per row");
   dec->add_option("--topk", f->topk, "top-k entries per row");
   dec->add_option("--splits", f->splits, "force the number of KV splits (0 = planner)");
-  dec->add_option("--capacity", f->capacity, "cache slots the random indices point into")
+  dec->add_option("--capacity", f->capacity, "cache slots the random indices point into (rounded up to a multiple of 65536)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 26))
       ->capture_default_str();
   dec->callback([f] { run_decode_bench(*f); });

@@ -148,7 +148,8 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
   const int sms = cuda::current_sm_count();
   for (const auto& c : cases) {
     if (opt.progress) opt.progress("decode rows " + std::to_string(c.rows) + " heads " + std::to_string(c.heads) + " topk " + std::to_string(c.topk) + " " + to_string(c.spec.dtype) + "-" + std::to_string(c.spec.record_bytes()) + " " + to_string(c.spec.scale_mode));
-    // A cache of 1M tokens (4x the L2 many times over), random indices into it.
+    // A cache of c.capacity tokens (default 1M, far larger than the L2; rounded up to whole fill
+    // chunks), random indices into it.
     const int64_t chunk = 1 << 16, capacity = (c.capacity + chunk - 1) / chunk * chunk;
     const int rb = c.spec.record_bytes();
     Dev<uint8_t> cache(size_t(capacity) * rb);

@@ -57,13 +57,18 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t b) {
 
 // 16 E4M3 bytes times a scale: e4m3 -> f16 pairs in hardware (exact: E4M3 is a subset of
 // FP16, subnormals included), then fp32 products.
+// Two E4M3 bytes (the low 16 bits of `b`) to fp32 through the hardware E4M3 -> FP16 pair
+// conversion (exact).
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t b) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(b), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
 __device__ __forceinline__ void e4m3x16_scaled(const uint8_t* src, float scale, float (&v)[16]) {
   const uint4 b = *reinterpret_cast<const uint4*>(src);
   const uint32_t w[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i / 2] >> (16 * (i % 2))), __NV_E4M3);
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    const float2 f = e4m3x2_to_float2(w[i / 2] >> (16 * (i % 2)));
     v[2 * i] = f.x * scale;
     v[2 * i + 1] = f.y * scale;
   }
@@ -114,9 +119,8 @@ __device__ __forceinline__ void e2m1x8_lookup(uint32_t nib, const E2m1Table& t, 
   }
 }
 
-// codec::e2m1x8_to_bf16_pairs values times e2m1_pair_scale(d) are e2m1 * d * 2^-kE2m1PairShift
-// exactly; the caller multiplies 2^kE2m1PairShift back in fp32.
-inline constexpr int kE2m1PairShift = codec::kE2m1PairShift;
+// codec::e2m1x8_to_bf16_pairs values times e2m1_pair_scale(d) are e2m1 * d *
+// 2^-codec::kE2m1PairShift exactly; the caller multiplies 2^kE2m1PairShift back in fp32.
 __device__ __forceinline__ uint32_t e2m1_pair_scale(float d) {
   const float f = d * codec::kE2m1PairScale;
   return ptx::pack_bf16x2(f, f);
@@ -125,10 +129,9 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
-// Two E4M3 bytes (low half of `b`) to a BF16 pair (exact: through the hardware E4M3 -> FP16).
+// Two E4M3 bytes (low half of `b`) to a BF16 pair (exact: E4M3 is a subset of BF16).
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t b) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(b & 0xFFFFu), __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  const float2 f = e4m3x2_to_float2(b);
   return ptx::pack_bf16x2(f.x, f.y);
 }
 
