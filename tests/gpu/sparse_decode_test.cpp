@@ -135,6 +135,24 @@ TEST(GpuSparseDecode, Base2LseAndLargeMagnitudes) {
   }
 }
 
+// Tokens whose outer scales are degenerate: zero latent (a zero dynamic scale), zero RoPE, both,
+// and a latent 1e-36 of its RoPE (a subnormal dynamic scale). The 16-head NVFP4 kernel applies
+// the outer scales in fp32 to scores and weights, so these are its edge cases; the other kernels
+// fold them into the BF16 K values.
+TEST(GpuSparseDecode, DegenerateOuterScales) {
+  NVFP4MLA_REQUIRE_GPU();
+  ProblemOptions opt;
+  opt.degenerate = true;
+  uint64_t seed = 300;
+  for (const auto& spec : kAllSpecs) {
+    for (int heads : {16, 64, 128}) {
+      SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads));
+      const auto p = make_problem(spec, 3, heads, 256, seed++, opt);
+      EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
+    }
+  }
+}
+
 TEST(GpuSparseDecode, LongTopk) {
   NVFP4MLA_REQUIRE_GPU();
   ProblemOptions opt;

@@ -50,6 +50,9 @@ struct ProblemOptions {
   // wider ranges need a tolerance relative to the largest |V| (see the GPU suites).
   double log10_min = -0.3, log10_max = 0.3;
   bool outliers = false;
+  // Degenerate tokens among the random ones: zero latent (a zero dynamic scale), zero RoPE (a
+  // zero RoPE scale), both, and a latent 1e-36 times smaller than its RoPE.
+  bool degenerate = false;
   // Adversarial magnitudes: tokens from 1e-4 to 1e2 with channel outliers.
   static ProblemOptions wide_magnitudes() {
     ProblemOptions o;
@@ -78,7 +81,17 @@ inline AttentionProblem make_problem(const RecordSpec& spec, int rows, int heads
   for (int64_t i = 0; i < p.capacity; ++i) slots[i] = i;
   std::shuffle(slots.begin(), slots.end(), rng);
   slots.resize(used);
-  const auto tokens = random_tokens(used, seed + 1, opt.log10_min, opt.log10_max, false, opt.outliers);
+  auto tokens = random_tokens(used, seed + 1, opt.log10_min, opt.log10_max, false, opt.outliers);
+  if (opt.degenerate)
+    for (int64_t i = 0; i < used; ++i) {
+      const int kind = static_cast<int>(i % 8);
+      uint16_t* kv = &tokens.kv_c[i * kLatentDim];
+      uint16_t* pe = &tokens.k_pe[i * kRopeDim];
+      if (kind == 1 || kind == 3) std::fill(kv, kv + kLatentDim, uint16_t{0});
+      if (kind == 2 || kind == 3) std::fill(pe, pe + kRopeDim, uint16_t{0});
+      if (kind == 5)
+        for (int d = 0; d < kLatentDim; ++d) kv[d] = codec::bf16_encode_rn(codec::bf16_decode(kv[d]) * 1e-36f);
+    }
   for (int64_t i = 0; i < used; ++i)
     record::encode(spec, reinterpret_cast<const Bf16Bits*>(&tokens.kv_c[i * kLatentDim]),
                    reinterpret_cast<const Bf16Bits*>(&tokens.k_pe[i * kRopeDim]), p.layer_scale, &p.cache[slots[i] * rb]);

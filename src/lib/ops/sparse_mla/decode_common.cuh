@@ -29,8 +29,8 @@ struct DecodeParams {
   float scale_log2;  // sm_scale * log2(e)
   float layer_scale;
   bool lse_base2;
-  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV, 8 record copies (64-head
-                  // kernel); results are garbage
+  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV, 8 record copies (64- and
+                  // 16-head kernels), 16 all compute (16-head kernel: the copy pipeline alone); results are garbage
   __nv_bfloat16* out;   // final output when splits == 1
   float* lse;
   float* part_out;      // [rows, heads, splits, 512] when splits > 1
@@ -59,11 +59,14 @@ __device__ __forceinline__ void issue_index_copy(const DecodeParams& p, int row,
 __device__ __forceinline__ int32_t slot_of_index(const DecodeParams& p, int len, int pos, int32_t idx) {
   return (pos < len && idx >= 0 && idx < p.capacity) ? idx : -1;
 }
+// What the record copies do for a masked entry: skip it (its bytes stay stale, so callers must
+// not let them reach the MMAs) or write zero bytes read from nowhere (cp.async with a zero source
+// size: zero scales and values, so the record reaches the MMAs as exact zeros).
+enum class MaskedRecords { skip, zero_fill };
 // The asynchronous copies of the raw records of kCount consecutive entries from top-k position
-// pos0, whose indices are at `ring`; masked entries are skipped (their bytes stay stale, so
-// callers must not let them reach the MMAs). With kIntoKRows (bf16 records) the records land as
-// rows of a K tile (row stride kRowStride).
-template <class F, int kThreads, int kCount, bool kIntoKRows = false>
+// pos0, whose indices are at `ring`. With kIntoKRows (bf16 records) the records land as rows of a
+// K tile (row stride kRowStride).
+template <class F, int kThreads, int kCount, bool kIntoKRows = false, MaskedRecords kMasked = MaskedRecords::skip>
 __device__ __forceinline__ void issue_record_copies(const DecodeParams& p, int len, int pos0, const int32_t* ring,
                                                     uint8_t* raw, int thread) {
   constexpr int chunks = F::kRecordBytes / 16;
@@ -71,8 +74,13 @@ __device__ __forceinline__ void issue_record_copies(const DecodeParams& p, int l
   for (int c = thread; c < kCount * chunks; c += kThreads) {
     const int t = c / chunks, ch = c % chunks;
     const int32_t slot = slot_of_index(p, len, pos0 + t, ring[t]);
-    if (slot < 0) continue;
-    ptx::cp_async_16(raw + t * dst_stride + 16 * ch, p.cache + static_cast<int64_t>(slot) * F::kRecordBytes + 16 * ch);
+    if constexpr (kMasked == MaskedRecords::zero_fill) {
+      ptx::cp_async_16_zfill(raw + t * dst_stride + 16 * ch,
+                             p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes + 16 * ch, slot < 0 ? 0 : 16);
+    } else {
+      if (slot < 0) continue;
+      ptx::cp_async_16(raw + t * dst_stride + 16 * ch, p.cache + static_cast<int64_t>(slot) * F::kRecordBytes + 16 * ch);
+    }
   }
 }
 

@@ -152,20 +152,11 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   // Records of sub-tile u, masked entries as zero bytes (read from nowhere: zero group scales,
   // token and RoPE scales and values, so they reach the MMAs as exact zeros and no per-entry
   // validity is needed downstream), the softmax mask of u, and the indices of u + kH16Stages - 1.
+  const bool copies = !(p.debug_skip & 8);
   auto issue_group = [&](int u) {
-    if (u < sub_end) {
-      // issue_record_copies (decode_common.cuh) with zero fill instead of skipping. Folding this
-      // loop into it as a flag changes the kernel's address arithmetic; left for a session with
-      // device time to re-run the suite.
-      constexpr int chunks = F::kRecordBytes / 16;
+    if (u < sub_end && copies) {
       const int32_t* ring = idx_of(u);
-      uint8_t* raw = raw_of(u);
-      for (int c = tid; c < kH16Sub * chunks; c += kH16Threads) {
-        const int e = c / chunks, ch = c % chunks;
-        const int32_t slot = slot_of_index(p, len, u * kH16Sub + e, ring[e]);
-        ptx::cp_async_16_zfill(raw + e * F::kRecordBytes + 16 * ch,
-                               p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes + 16 * ch, slot < 0 ? 0 : 16);
-      }
+      issue_record_copies<F, kH16Threads, kH16Sub, false, MaskedRecords::zero_fill>(p, len, u * kH16Sub, ring, raw_of(u), tid);
       if (tid < kH16Sub) mask_of(u)[tid] = slot_of_index(p, len, u * kH16Sub + tid, ring[tid]) >= 0 ? 0.0f : -INFINITY;
     }
     const int v = u + kH16Stages - 1;
@@ -186,6 +177,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
     issue_group(t + kH16Stages - 1);
     const uint8_t* raw = raw_of(t);
     const float* mask = mask_of(t);
+    if (p.debug_skip & 16) continue;  // the copy pipeline alone
 
     // 2. K fragments of entries g and 8 + g (masked entries are zero records), then this warp's
     //    partial scores.
