@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
 # Usage (from the repo root, with the binaries in .devbin/):
-#   scripts/device_run.sh [tests|bench|bench-all|extend|eval|variants|ncu|stalls|sanitize]...
+#   scripts/device_run.sh [tests|bench|bench-all|extend|eval|variants|ncu|stalls|locked|sanitize]...
 # The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
 # is then unavailable there), or the CLI will not load.
 set -uo pipefail
@@ -49,10 +49,23 @@ for step in "$@"; do
           "$BIN/nvfp4mla" bench decode --rows $1 --heads $2 --topk 2048 --iters 1 --warmup 3 >"$OUT/stalls_$1_$2.txt" 2>&1
         echo "== rows $1 heads $2"; grep -E "stalled|inst_executed|bank|warps_active|duration" "$OUT/stalls_$1_$2.txt" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//'
       done ;;
+    locked)
+      # Clock-locked A/B: kernel time and instruction count under ncu --clock-control base, for each binary in
+      # $BINS (default: $BIN/nvfp4mla) and each shape in $SHAPES (RxH). Repeat launches agree within ~1%, where
+      # plain bench runs of identical binaries spread 5-10% between calls.
+      for bin in ${BINS:-$BIN/nvfp4mla}; do
+        for shape in ${SHAPES:-128x16 256x128}; do
+          set -- ${shape/x/ }
+          ncu --clock-control base --kernel-name regex:"sparse_decode_(h16|ws|kernel)" --launch-skip 3 --launch-count 2 \
+            --metrics gpu__time_duration.sum,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active \
+            "$bin" bench decode --rows $1 --heads $2 --topk 2048 --iters 3 --warmup 3 2>&1 |
+            awk -v b="$bin" -v s="$shape" '/gpu__time_duration.sum|sm__inst_executed.sum|issue_active/ {print b, s, $1, $NF}'
+        done
+      done | tee "$OUT/locked.txt" ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/nvfp4mla_gpu_tests" \
-          --gtest_filter='GpuRecordCopy.*:GpuSparseDecode.SanitizerSized:GpuCacheWriter.BitIdenticalToCpuWriterBf16Input:GpuOffloadStaging.*:GpuSparseScores.TopkLengthInvalidIndicesAndRaggedTopk' \
+          --gtest_filter='GpuRecordCopy.*:GpuSparseDecode.SanitizerSized:GpuSparseDecode.DegenerateOuterScales:GpuCacheWriter.BitIdenticalToCpuWriterBf16Input:GpuOffloadStaging.*:GpuSparseScores.TopkLengthInvalidIndicesAndRaggedTopk' \
           >"$OUT/sanitize_$tool.log" 2>&1
         echo "compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
       done ;;

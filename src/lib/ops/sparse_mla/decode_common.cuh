@@ -69,9 +69,14 @@ enum class MaskedRecords { skip, zero_fill };
 template <class F, int kThreads, int kCount, bool kIntoKRows = false, MaskedRecords kMasked = MaskedRecords::skip>
 __device__ __forceinline__ void issue_record_copies(const DecodeParams& p, int len, int pos0, const int32_t* ring,
                                                     uint8_t* raw, int thread) {
-  constexpr int chunks = F::kRecordBytes / 16;
+  constexpr int chunks = F::kRecordBytes / 16, kIters = (kCount * chunks + kThreads - 1) / kThreads;
   constexpr size_t dst_stride = kIntoKRows ? size_t(kRowStride) * 2 : F::kRecordBytes;
-  for (int c = thread; c < kCount * chunks; c += kThreads) {
+  // Unrolled with a compile-time trip count: each iteration's entry and chunk depend on the
+  // thread alone, so a caller's tile loop computes them once.
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = thread + k * kThreads;
+    if (kCount * chunks % kThreads != 0 && c >= kCount * chunks) break;
     const int t = c / chunks, ch = c % chunks;
     const int32_t slot = slot_of_index(p, len, pos0 + t, ring[t]);
     if constexpr (kMasked == MaskedRecords::zero_fill) {

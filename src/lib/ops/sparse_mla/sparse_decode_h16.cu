@@ -6,10 +6,12 @@
 //   1. raw records arrive by cp.async (kH16Stages sub-tiles ahead);
 //   2. each warp dequantizes its dims of the 16 records straight into mma.sync B fragments
 //      (no BF16 K tile in shared memory) and computes its partial scores Q[:, dims] K[:, dims]^T;
-//   3. the four partials are summed through shared memory and every warp runs the same online
-//      softmax on the full 16 x 16 block;
-//   4. O[:, latent dims of w] += P V, the V fragments being the K fragments of step 2 transposed
-//      in registers (movmatrix), P entering as a BF16 part and its BF16 remainder.
+//   3. the four partials are summed through shared memory and the online softmax is split by
+//      heads: warp w runs it for heads 4w..4w+3 (a lane per head and two entries) and leaves the
+//      weights P and each head's rescale factor in shared memory;
+//   4. O[:, latent dims of w] += P V, P by ldmatrix, the V fragments being the K fragments of
+//      step 2 transposed in registers (movmatrix), P entering as a BF16 part and its BF16
+//      remainder.
 // Why: with 16 heads each K value serves only 16 query rows, so the MMAs are cheap and what the
 // 64-head design pays for (a BF16 K tile written and read through shared memory, Q re-read by
 // every warp, 36-deep MMA chains) dominated; here the raw records are the only bulk traffic.
@@ -54,7 +56,12 @@ constexpr int kLatentPerLane = kLatentPerWarp / 4;      // 32 (a lane quad split
 constexpr int kRopePerWarp = kRopeDim / kH16Warps;      // 16: one k16 step
 constexpr int kKSteps = kLatentPerWarp / 16;            // latent k16 steps per warp
 constexpr int kSStride = kH16Sub + 8;                   // partial-score row stride (floats; no bank conflicts)
+constexpr int kPStride = kH16Sub + 8;                   // P row stride (BF16: 48 bytes, conflict-free ldmatrix)
+// The softmax of a sub-tile is split by heads: warp w owns heads 4w..4w+3, lane l head 4w + l / 8
+// and entries 2 (l % 8), 2 (l % 8) + 1.
+constexpr int kSoftmaxHeadsPerWarp = kH16Heads / kH16Warps;
 static_assert(kH16Warps == 4 && kRopePerWarp == 16 && kLatentPerLane == 32);
+static_assert(kH16Sub == 16 && kSoftmaxHeadsPerWarp * 8 == 32, "one lane per two entries of one head");
 static_assert(kH16Config.tile_tokens % kH16Sub == 0, "planner tiles are whole sub-tiles");
 
 template <class F>
@@ -63,10 +70,12 @@ struct H16Smem {
   static constexpr size_t idx_off = kH16Stages * raw_stage_bytes;
   static constexpr size_t mask_off = idx_off + size_t(kIdxRing) * kH16Sub * 4;
   static constexpr size_t s_off = mask_off + size_t(kH16Stages) * kH16Sub * 4;
-  static constexpr size_t q_off = s_off + size_t(kH16Warps) * kH16Heads * kSStride * 4;
+  static constexpr size_t p_off = s_off + size_t(kH16Warps) * kH16Heads * kSStride * 4;  // P: BF16 part, remainder
+  static constexpr size_t head_off = p_off + size_t(2) * kH16Heads * kPStride * 2;          // per head: alpha, 1/l, LSE
+  static constexpr size_t q_off = head_off + size_t(3) * kH16Heads * 4;
   // Q A fragments per warp and k step: 16 rows of 16 logical k (32 bytes, 16-byte chunks swizzled)
   static constexpr size_t total = q_off + size_t(kH16Warps) * kQSteps * kH16Heads * 32;
-  static_assert(raw_stage_bytes % 16 == 0 && s_off % 16 == 0);
+  static_assert(raw_stage_bytes % 16 == 0 && s_off % 16 == 0 && p_off % 16 == 0 && q_off % 16 == 0);
   static_assert((total + kDecodeSmemReservedPerCta) * kH16MinCtas <= kDecodeSmemPerSm);
 };
 
@@ -168,16 +177,27 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   float o[2 * kKSteps][4];  // output n-block 2 kk + slot: the dims of (kk, slot) in every lane's block
 #pragma unroll
   for (int n = 0; n < 2 * kKSteps; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  SoftmaxState st;
   const bool dequant = !(p.debug_skip & 1);
+  // This lane's softmax head and entries (the split above), its online state: the head's lazy
+  // reference m (the same in the head's 8 lanes) and the lane's share of the sum of weights.
+  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + Smem::p_off);  // [part][head][entry]
+  float* sAlpha = reinterpret_cast<float*>(smem + Smem::head_off);           // per head: this sub-tile's rescale
+  float* sInv = sAlpha + kH16Heads;                                          // per head: 1 / sum of weights
+  float* sLse2 = sInv + kH16Heads;                                           // per head: base-2 LSE
+  const int soft_head = kSoftmaxHeadsPerWarp * warp + (lane >> 3), soft_col = 2 * (lane & 7);
+  float soft_m = -INFINITY, soft_l = 0.0f;
 
+  ptx::cp_async_wait_group<kH16Stages - 2>();
+  __syncthreads();  // sub_begin's records landed
   for (int t = sub_begin; t < sub_end; ++t) {
-    ptx::cp_async_wait_group<kH16Stages - 2>();
-    __syncthreads();  // sub-tile t's records landed; every warp is done with sub-tile t - 1's buffers
-    issue_group(t + kH16Stages - 1);
+    issue_group(t + kH16Stages - 1);  // into sub-tile t - 1's buffers, which every warp has left
     const uint8_t* raw = raw_of(t);
     const float* mask = mask_of(t);
-    if (p.debug_skip & 16) continue;  // the copy pipeline alone
+    if (p.debug_skip & 16) {  // the copy pipeline alone
+      ptx::cp_async_wait_group<kH16Stages - 2>();
+      __syncthreads();
+      continue;
+    }
 
     // 2. K fragments of entries g and 8 + g (masked entries are zero records), then this warp's
     //    partial scores.
@@ -246,54 +266,83 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
         }
         *reinterpret_cast<float2*>(my_s + 8 * r * kSStride + 8 * j) = make_float2(part[0], part[1]);
       }
-    __syncthreads();
+    __syncthreads();  // every warp's partial scores of t are in sS
 
-    // 3. Full scores (sum of the four warps' partials), masked, and the online softmax; P's
-    //    weights carry each entry's latent scale.
-    float s[kCols][4];
+    // 3. The softmax of this lane's head and two entries: full scores (sum of the four warps'
+    //    partials), masked; lazy reference; weights carrying each entry's latent scale, as a BF16
+    //    part and its BF16 remainder in shared memory, with the head's rescale factor.
+    {
+      float2 sum = make_float2(0.0f, 0.0f);
 #pragma unroll
-    for (int j = 0; j < kCols; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float2 sum = make_float2(0.0f, 0.0f);
-#pragma unroll
-        for (int w2 = 0; w2 < kH16Warps; ++w2) {
-          const float2 x = *reinterpret_cast<const float2*>(sS + (w2 * kH16Heads + g + 8 * r) * kSStride + 8 * j + 2 * t4);
-          sum.x += x.x;
-          sum.y += x.y;
-        }
-        const float2 m = *reinterpret_cast<const float2*>(mask + 8 * j + 2 * t4);
-        s[j][2 * r] = fmaf(sum.x, p.scale_log2, m.x);
-        s[j][2 * r + 1] = fmaf(sum.y, p.scale_log2, m.y);
+      for (int w2 = 0; w2 < kH16Warps; ++w2) {
+        const float2 x = *reinterpret_cast<const float2*>(sS + (w2 * kH16Heads + soft_head) * kSStride + soft_col);
+        sum.x += x.x;
+        sum.y += x.y;
       }
-    float m_use[2], alpha[2];
-    softmax_rescale(s, st, o, m_use, alpha);
-    uint32_t w[kCols][2], w_lo[kCols][2];
-    softmax_weights(s, st, m_use, w, col_latent, w_lo);
+      const float2 m = *reinterpret_cast<const float2*>(mask + soft_col);
+      const float s0 = fmaf(sum.x, p.scale_log2, m.x), s1 = fmaf(sum.y, p.scale_log2, m.y);
+      float mx = fmaxf(s0, s1);
+      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
+      // -inf reference (nothing valid yet) moves to any finite maximum (softmax_rescale's rule).
+      const bool move = mx > soft_m + kLazyRescaleLog2;
+      const float m_new = move ? mx : soft_m;
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = move ? ptx::exp2_approx(soft_m - m_use) : 1.0f;
+      soft_m = m_new;
+      const float e0 = ptx::exp2_approx(s0 - m_use), e1 = ptx::exp2_approx(s1 - m_use);
+      soft_l = fmaf(soft_l, alpha, e0 + e1);
+      const float c0 = record_scales<F>(raw + soft_col * F::kRecordBytes, p.layer_scale).latent * float(1 << codec::kE2m1PairShift);
+      const float c1 = record_scales<F>(raw + (soft_col + 1) * F::kRecordBytes, p.layer_scale).latent * float(1 << codec::kE2m1PairShift);
+      const float a0 = e0 * c0, a1 = e1 * c1;
+      const uint32_t hi = ptx::pack_bf16x2(a0, a1);
+      const uint32_t lo = ptx::pack_bf16x2(a0 - __uint_as_float(hi << 16), a1 - __uint_as_float(hi & 0xFFFF0000u));
+      *reinterpret_cast<uint32_t*>(sP + soft_head * kPStride + soft_col) = hi;
+      *reinterpret_cast<uint32_t*>(sP + (kH16Heads + soft_head) * kPStride + soft_col) = lo;
+      if ((lane & 7) == 0) sAlpha[soft_head] = alpha;
+    }
+    ptx::cp_async_wait_group<kH16Stages - 2>();
+    __syncthreads();  // P of t is in shared memory; sub-tile t + 1's records landed
 
-    // 4. O += P V: P (as a BF16 part and its BF16 remainder) is the A fragment as is; V (k =
+    // 4. O += P V: P (a BF16 part and its BF16 remainder) as A fragments by ldmatrix; V (k =
     //    entries, n = 8 dims) is each K fragment register transposed.
+    const float alpha[2] = {sAlpha[g], sAlpha[g + 8]};
+    rescale_rows(o, alpha);
     if (!(p.debug_skip & 4)) {
+      uint32_t a[4], a_lo[4];
+      const __nv_bfloat16* p_lane = sP + (lane & 15) * kPStride + 8 * (lane >> 4);
+      ptx::ldmatrix_x4(a, p_lane);
+      ptx::ldmatrix_x4(a_lo, p_lane + kH16Heads * kPStride);
 #pragma unroll
-      for (int e16 = 0; e16 < kCols / 2; ++e16) {  // 16 entries: column blocks 2 e16 and 2 e16 + 1
-        const int j0 = 2 * e16, j1 = 2 * e16 + 1;
-        const uint32_t a[4] = {w[j0][0], w[j0][1], w[j1][0], w[j1][1]};
-        const uint32_t a_lo[4] = {w_lo[j0][0], w_lo[j0][1], w_lo[j1][0], w_lo[j1][1]};
+      for (int kk = 0; kk < kKSteps; ++kk)
 #pragma unroll
-        for (int kk = 0; kk < kKSteps; ++kk)
-#pragma unroll
-          for (int slot = 0; slot < 2; ++slot) {
-            const uint32_t v0 = ptx::movmatrix_trans(kl[j0][kk][slot]), v1 = ptx::movmatrix_trans(kl[j1][kk][slot]);
-            ptx::mma_bf16_16816(o[2 * kk + slot], a, v0, v1);
-            ptx::mma_bf16_16816(o[2 * kk + slot], a_lo, v0, v1);
-          }
-      }
+        for (int slot = 0; slot < 2; ++slot) {
+          const uint32_t v0 = ptx::movmatrix_trans(kl[0][kk][slot]), v1 = ptx::movmatrix_trans(kl[1][kk][slot]);
+          ptx::mma_bf16_16816(o[2 * kk + slot], a, v0, v1);
+          ptx::mma_bf16_16816(o[2 * kk + slot], a_lo, v0, v1);
+        }
     }
   }
+  ptx::cp_async_wait_group<0>();  // no copy outlives the kernel
+
+  // Row totals: each head's owner lanes reduce their sums and publish 1 / l and the LSE.
+  soft_l += __shfl_xor_sync(0xFFFFFFFFu, soft_l, 1);
+  soft_l += __shfl_xor_sync(0xFFFFFFFFu, soft_l, 2);
+  soft_l += __shfl_xor_sync(0xFFFFFFFFu, soft_l, 4);
+  if ((lane & 7) == 0) {
+    sInv[soft_head] = soft_l > 0.0f ? 1.0f / soft_l : 0.0f;
+    sLse2[soft_head] = soft_l > 0.0f ? soft_m + log2f(soft_l) : -INFINITY;
+  }
+  __syncthreads();
+  RowTotals tot;
+  tot.inv[0] = sInv[g];
+  tot.inv[1] = sInv[g + 8];
+  tot.lse2[0] = sLse2[g];
+  tot.lse2[1] = sLse2[g + 8];
 
   // Output: lane (g, t4) holds heads g and g + 8 over its whole 32-dim block (o[2 kk + slot]
   // columns 2 t4 + h are dims perm_dim(kk, slot, h)); stored in dim order, 16 bytes at a time.
-  const RowTotals tot = row_totals(st);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int h = g + 8 * r;
