@@ -46,10 +46,10 @@ constexpr int decode_stages(const DecodeTileConfig& c, int record_bytes, bool ra
 }
 
 // NVFP4 records with 16-head groups run a register-fed kernel instead (sparse_decode_h16.cu): the
-// same 4 warps and 32-entry tiles, raw records in kDecodeH16Stages sub-tiles of 16 entries, and
+// same 4 warps and 32-entry tiles, raw records in kDecodeH16Stages sub-tiles of 32 entries, and
 // registers for kDecodeH16CtasPerSm CTAs per SM.
-inline constexpr int kDecodeH16Stages = 6;
-inline constexpr int kDecodeH16CtasPerSm = 3;
+inline constexpr int kDecodeH16Stages = 5;
+inline constexpr int kDecodeH16CtasPerSm = 2;
 
 // A CTA's fixed cost in the split planner's estimate, in KV tiles: loading Q, filling the
 // pipeline and storing the output (each extra split also costs partials and a merge).

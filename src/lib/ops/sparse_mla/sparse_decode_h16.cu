@@ -2,12 +2,13 @@
 // (portable: mma.sync, movmatrix, cp.async; sm_80 and later).
 //
 // One CTA = one query row x 16 heads x one split, four warps. Warp w owns latent dims
-// [128w, 128w + 128) and RoPE dims [16w, 16w + 16) of every entry. Per sub-tile of 16 entries:
+// [128w, 128w + 128) and RoPE dims [16w, 16w + 16) of every entry. Per sub-tile of kH16Sub (32)
+// entries:
 //   1. raw records arrive by cp.async (kH16Stages sub-tiles ahead);
-//   2. each warp dequantizes its dims of the 16 records straight into mma.sync B fragments
+//   2. each warp dequantizes its dims of the records straight into mma.sync B fragments
 //      (no BF16 K tile in shared memory) and computes its partial scores Q[:, dims] K[:, dims]^T;
 //   3. the four partials are summed through shared memory and the online softmax is split by
-//      heads: warp w runs it for heads 4w..4w+3 (a lane per head and two entries) and leaves the
+//      heads: warp w runs it for heads 4w..4w+3 (8 lanes per head, 4 entries each) and leaves the
 //      weights P and each head's rescale factor in shared memory;
 //   4. O[:, latent dims of w] += P V, P by ldmatrix, the V fragments being the K fragments of
 //      step 2 transposed in registers (movmatrix), P entering as a BF16 part and its BF16
@@ -40,14 +41,14 @@ namespace {
 
 constexpr DecodeTileConfig kH16Config = decode_tile_config(16);
 constexpr int kH16Heads = 16, kH16Warps = kH16Config.warps, kH16Threads = 32 * kH16Warps;
-// Entries per sub-tile. 32-entry sub-tiles (238 registers, two CTAs per SM, five stages) measured
-// within the spread of 16 on the H200: 128 x 16 heads 109-123 vs 113-129 us.
-constexpr int kH16Sub = 16;
+// Entries per sub-tile: 32 (two CTAs per SM, five stages). With the softmax split by heads they
+// measured 6-7% faster than 16 (three CTAs per SM, six stages) on the H200 at locked clocks:
+// 128 x 16 heads 116.0-116.6 vs 124.3-124.8 us, 14% fewer instructions (docs/PERF.md).
+constexpr int kH16Sub = 32;
 constexpr int kCols = kH16Sub / 8;  // column blocks of the score MMA per sub-tile
 constexpr int kH16Stages = kDecodeH16Stages;  // raw record sub-tiles in flight
-// Three CTAs per SM: Q's fragments live in shared memory (ldmatrix per k step), which brings the
-// kernel to 168 registers without spills. Keeping them in registers (210 registers, two CTAs per
-// SM, eight stages) measured the same on the H200: 128 x 16 heads 117-124 vs 118-129 us.
+// Q's fragments live in shared memory (ldmatrix per k step), which left room for three CTAs per
+// SM at 16-entry sub-tiles; keeping them in registers measured the same (fifth session).
 constexpr int kH16MinCtas = kDecodeH16CtasPerSm;
 constexpr int kQSteps = 9;  // k16 steps of a warp: 8 latent, 1 RoPE
 constexpr int kIdxRing = 2 * kH16Stages;  // sub-tiles of top-k indices in shared memory
@@ -56,12 +57,12 @@ constexpr int kLatentPerLane = kLatentPerWarp / 4;      // 32 (a lane quad split
 constexpr int kRopePerWarp = kRopeDim / kH16Warps;      // 16: one k16 step
 constexpr int kKSteps = kLatentPerWarp / 16;            // latent k16 steps per warp
 constexpr int kSStride = kH16Sub + 8;                   // partial-score row stride (floats; no bank conflicts)
-constexpr int kPStride = kH16Sub + 8;                   // P row stride (BF16: 48 bytes, conflict-free ldmatrix)
+constexpr int kPStride = kH16Sub + 8;                   // P row stride (BF16: 48 or 80 bytes, conflict-free ldmatrix)
 // The softmax of a sub-tile is split by heads: warp w owns heads 4w..4w+3, lane l head 4w + l / 8
-// and entries 2 (l % 8), 2 (l % 8) + 1.
-constexpr int kSoftmaxHeadsPerWarp = kH16Heads / kH16Warps;
+// and kSoftmaxCols consecutive entries from kSoftmaxCols (l % 8).
+constexpr int kSoftmaxHeadsPerWarp = kH16Heads / kH16Warps, kSoftmaxCols = kH16Sub / 8;
 static_assert(kH16Warps == 4 && kRopePerWarp == 16 && kLatentPerLane == 32);
-static_assert(kH16Sub == 16 && kSoftmaxHeadsPerWarp * 8 == 32, "one lane per two entries of one head");
+static_assert(kSoftmaxHeadsPerWarp * 8 == 32 && kSoftmaxCols % 2 == 0, "8 lanes per head, entries in pairs");
 static_assert(kH16Config.tile_tokens % kH16Sub == 0, "planner tiles are whole sub-tiles");
 
 template <class F>
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   float* sAlpha = reinterpret_cast<float*>(smem + Smem::head_off);           // per head: this sub-tile's rescale
   float* sInv = sAlpha + kH16Heads;                                          // per head: 1 / sum of weights
   float* sLse2 = sInv + kH16Heads;                                           // per head: base-2 LSE
-  const int soft_head = kSoftmaxHeadsPerWarp * warp + (lane >> 3), soft_col = 2 * (lane & 7);
+  const int soft_head = kSoftmaxHeadsPerWarp * warp + (lane >> 3), soft_col = kSoftmaxCols * (lane & 7);
   float soft_m = -INFINITY, soft_l = 0.0f;
 
   ptx::cp_async_wait_group<kH16Stages - 2>();
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
       continue;
     }
 
-    // 2. K fragments of entries g and 8 + g (masked entries are zero records), then this warp's
+    // 2. K fragments of entries 8j + g (masked entries are zero records), then this warp's
     //    partial scores.
     uint32_t kl[kCols][kKSteps][2], kr[kCols][2];
 #pragma unroll
@@ -272,16 +273,23 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
     //    partials), masked; lazy reference; weights carrying each entry's latent scale, as a BF16
     //    part and its BF16 remainder in shared memory, with the head's rescale factor.
     {
-      float2 sum = make_float2(0.0f, 0.0f);
+      float sc[kSoftmaxCols];
 #pragma unroll
-      for (int w2 = 0; w2 < kH16Warps; ++w2) {
-        const float2 x = *reinterpret_cast<const float2*>(sS + (w2 * kH16Heads + soft_head) * kSStride + soft_col);
-        sum.x += x.x;
-        sum.y += x.y;
+      for (int i = 0; i < kSoftmaxCols; i += 2) {
+        float2 sum = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int w2 = 0; w2 < kH16Warps; ++w2) {
+          const float2 x = *reinterpret_cast<const float2*>(sS + (w2 * kH16Heads + soft_head) * kSStride + soft_col + i);
+          sum.x += x.x;
+          sum.y += x.y;
+        }
+        const float2 m = *reinterpret_cast<const float2*>(mask + soft_col + i);
+        sc[i] = fmaf(sum.x, p.scale_log2, m.x);
+        sc[i + 1] = fmaf(sum.y, p.scale_log2, m.y);
       }
-      const float2 m = *reinterpret_cast<const float2*>(mask + soft_col);
-      const float s0 = fmaf(sum.x, p.scale_log2, m.x), s1 = fmaf(sum.y, p.scale_log2, m.y);
-      float mx = fmaxf(s0, s1);
+      float mx = sc[0];
+#pragma unroll
+      for (int i = 1; i < kSoftmaxCols; ++i) mx = fmaxf(mx, sc[i]);
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
@@ -291,15 +299,20 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
       const float alpha = move ? ptx::exp2_approx(soft_m - m_use) : 1.0f;
       soft_m = m_new;
-      const float e0 = ptx::exp2_approx(s0 - m_use), e1 = ptx::exp2_approx(s1 - m_use);
-      soft_l = fmaf(soft_l, alpha, e0 + e1);
-      const float c0 = record_scales<F>(raw + soft_col * F::kRecordBytes, p.layer_scale).latent * float(1 << codec::kE2m1PairShift);
-      const float c1 = record_scales<F>(raw + (soft_col + 1) * F::kRecordBytes, p.layer_scale).latent * float(1 << codec::kE2m1PairShift);
-      const float a0 = e0 * c0, a1 = e1 * c1;
-      const uint32_t hi = ptx::pack_bf16x2(a0, a1);
-      const uint32_t lo = ptx::pack_bf16x2(a0 - __uint_as_float(hi << 16), a1 - __uint_as_float(hi & 0xFFFF0000u));
-      *reinterpret_cast<uint32_t*>(sP + soft_head * kPStride + soft_col) = hi;
-      *reinterpret_cast<uint32_t*>(sP + (kH16Heads + soft_head) * kPStride + soft_col) = lo;
+      float e_sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kSoftmaxCols; i += 2) {
+        const float e0 = ptx::exp2_approx(sc[i] - m_use), e1 = ptx::exp2_approx(sc[i + 1] - m_use);
+        e_sum += e0 + e1;
+        const float c0 = record_scales<F>(raw + (soft_col + i) * F::kRecordBytes, p.layer_scale).latent * float(1 << codec::kE2m1PairShift);
+        const float c1 = record_scales<F>(raw + (soft_col + i + 1) * F::kRecordBytes, p.layer_scale).latent * float(1 << codec::kE2m1PairShift);
+        const float a0 = e0 * c0, a1 = e1 * c1;
+        const uint32_t hi = ptx::pack_bf16x2(a0, a1);
+        const uint32_t lo = ptx::pack_bf16x2(a0 - __uint_as_float(hi << 16), a1 - __uint_as_float(hi & 0xFFFF0000u));
+        *reinterpret_cast<uint32_t*>(sP + soft_head * kPStride + soft_col + i) = hi;
+        *reinterpret_cast<uint32_t*>(sP + (kH16Heads + soft_head) * kPStride + soft_col + i) = lo;
+      }
+      soft_l = fmaf(soft_l, alpha, e_sum);
       if ((lane & 7) == 0) sAlpha[soft_head] = alpha;
     }
     ptx::cp_async_wait_group<kH16Stages - 2>();
@@ -310,18 +323,21 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
     const float alpha[2] = {sAlpha[g], sAlpha[g + 8]};
     rescale_rows(o, alpha);
     if (!(p.debug_skip & 4)) {
-      uint32_t a[4], a_lo[4];
-      const __nv_bfloat16* p_lane = sP + (lane & 15) * kPStride + 8 * (lane >> 4);
-      ptx::ldmatrix_x4(a, p_lane);
-      ptx::ldmatrix_x4(a_lo, p_lane + kH16Heads * kPStride);
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk)
+      for (int e16 = 0; e16 < kCols / 2; ++e16) {  // 16 entries: column blocks 2 e16 and 2 e16 + 1
+        uint32_t a[4], a_lo[4];
+        const __nv_bfloat16* p_lane = sP + (lane & 15) * kPStride + 16 * e16 + 8 * (lane >> 4);
+        ptx::ldmatrix_x4(a, p_lane);
+        ptx::ldmatrix_x4(a_lo, p_lane + kH16Heads * kPStride);
 #pragma unroll
-        for (int slot = 0; slot < 2; ++slot) {
-          const uint32_t v0 = ptx::movmatrix_trans(kl[0][kk][slot]), v1 = ptx::movmatrix_trans(kl[1][kk][slot]);
-          ptx::mma_bf16_16816(o[2 * kk + slot], a, v0, v1);
-          ptx::mma_bf16_16816(o[2 * kk + slot], a_lo, v0, v1);
-        }
+        for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+          for (int slot = 0; slot < 2; ++slot) {
+            const uint32_t v0 = ptx::movmatrix_trans(kl[2 * e16][kk][slot]), v1 = ptx::movmatrix_trans(kl[2 * e16 + 1][kk][slot]);
+            ptx::mma_bf16_16816(o[2 * kk + slot], a, v0, v1);
+            ptx::mma_bf16_16816(o[2 * kk + slot], a_lo, v0, v1);
+          }
+      }
     }
   }
   ptx::cp_async_wait_group<0>();  // no copy outlives the kernel
