@@ -117,6 +117,22 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NT_O][4], const float (&
     }
   }
 }
+// The lazy reference of one row given a tile's maximum `mx` (of scores already reduced over the
+// row's lanes): moves `m` when mx exceeds it by more than kLazyRescaleLog2 (a -inf reference,
+// nothing valid yet, moves to any finite maximum); returns the reference the tile's weights use
+// (0 while nothing is valid) and the factor the row's earlier sums are scaled by.
+struct LazyStep {
+  float m_use, alpha;
+};
+__device__ __forceinline__ LazyStep lazy_reference_step(float mx, float& m) {
+  const bool move = mx > m + kLazyRescaleLog2;
+  const float m_new = move ? mx : m;
+  LazyStep step;
+  step.m_use = m_new == -INFINITY ? 0.0f : m_new;
+  step.alpha = move ? ptx::exp2_approx(m - step.m_use) : 1.0f;
+  m = m_new;
+  return step;
+}
 // Step 1: the tile's row maxima move the references where needed and rescale the output
 // accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid) and
 // the factor its earlier sums were scaled by (1 unless the reference moved).
@@ -130,12 +146,9 @@ __device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], Softmax
     for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-    // -inf reference (nothing valid yet) moves to any finite maximum.
-    const bool move = mx > st.m[r] + kLazyRescaleLog2;
-    const float m_new = move ? mx : st.m[r];
-    m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[r] = move ? ptx::exp2_approx(st.m[r] - m_use[r]) : 1.0f;
-    st.m[r] = m_new;
+    const LazyStep step = lazy_reference_step(mx, st.m[r]);
+    m_use[r] = step.m_use;
+    alpha[r] = step.alpha;
     st.l[r] *= alpha[r];
     st.l_out[r] *= alpha[r];
   }
@@ -146,14 +159,9 @@ __device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], Softmax
 // m16n8k16 A-operand layout, so two column blocks make one A fragment). l sums the fp32
 // weights (for the LSE), l_out the rounded ones (for normalizing), read back from the packed
 // words (one pack per pair instead of a conversion per value).
-// With `col_scale` (per column pair of each block j, for kernels whose V rows carry a per-entry
-// factor c outside the BF16 values) the weights are a = 2^(s - m) * c, split into a BF16 part
-// w and the BF16 remainder w_lo = a - w: two products P V carry a to about 16 bits, so P's
-// rounding no longer moves the output and l_out is the fp32 sum.
 template <int NT>
 __device__ __forceinline__ void softmax_weights(const float (&s)[NT][4], SoftmaxState& st, const float (&m_use)[2],
-                                                uint32_t (&w)[NT][2], const float (*col_scale)[2] = nullptr,
-                                                uint32_t (*w_lo)[2] = nullptr) {
+                                                uint32_t (&w)[NT][2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = 0.0f, sum_rounded = 0.0f;
@@ -161,18 +169,24 @@ __device__ __forceinline__ void softmax_weights(const float (&s)[NT][4], Softmax
     for (int j = 0; j < NT; ++j) {
       const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use[r]), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use[r]);
       sum += e0 + e1;
-      if (col_scale) {
-        const float a0 = e0 * col_scale[j][0], a1 = e1 * col_scale[j][1];
-        w[j][r] = ptx::pack_bf16x2(a0, a1);
-        w_lo[j][r] = ptx::pack_bf16x2(a0 - __uint_as_float(w[j][r] << 16), a1 - __uint_as_float(w[j][r] & 0xFFFF0000u));
-      } else {
-        w[j][r] = ptx::pack_bf16x2(e0, e1);
-        sum_rounded += __uint_as_float(w[j][r] << 16) + __uint_as_float(w[j][r] & 0xFFFF0000u);
-      }
+      w[j][r] = ptx::pack_bf16x2(e0, e1);
+      sum_rounded += __uint_as_float(w[j][r] << 16) + __uint_as_float(w[j][r] & 0xFFFF0000u);
     }
     st.l[r] += sum;
-    st.l_out[r] += col_scale ? sum : sum_rounded;
+    st.l_out[r] += sum_rounded;
   }
+}
+// Two fp32 weights as a BF16 pair and the BF16 pair of their remainders: two products P V carry
+// the weights to about 16 bits, for kernels whose weights carry a per-entry factor outside the
+// BF16 values (the rounding of a single BF16 part would move the output; normalize by the fp32 sum).
+struct Bf16Split {
+  uint32_t hi, lo;
+};
+__device__ __forceinline__ Bf16Split bf16_split_pair(float a0, float a1) {
+  Bf16Split x;
+  x.hi = ptx::pack_bf16x2(a0, a1);
+  x.lo = ptx::pack_bf16x2(a0 - __uint_as_float(x.hi << 16), a1 - __uint_as_float(x.hi & 0xFFFF0000u));
+  return x;
 }
 template <int NT, int NT_O>
 __device__ __forceinline__ void softmax_update(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],

@@ -171,6 +171,16 @@ __device__ __forceinline__ RecordScales record_scales(const uint8_t* rec, float 
   return sc;
 }
 
+// The outer scales of a record whose latent values enter the MMAs as e2m1 * d *
+// 2^-codec::kE2m1PairShift (e2m1_pair_scale): the latent scale times 2^kE2m1PairShift, which
+// restores e2m1 * d * s; the RoPE scale as is.
+template <class F>
+__device__ __forceinline__ RecordScales pair_scaled_record_scales(const uint8_t* rec, float layer_scale) {
+  RecordScales sc = record_scales<F>(rec, layer_scale);
+  sc.latent *= float(1 << codec::kE2m1PairShift);
+  return sc;
+}
+
 template <class F>
 __device__ __forceinline__ Words16 dequant_unit_words(const uint8_t* rec, int u, const RecordScales& sc) {
   float v[16];

@@ -243,15 +243,15 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
 #pragma unroll
       for (int j = 0; j < kCols; ++j) ptx::mma_bf16_16816(acc_rope[j], a, kr[j][0], kr[j][1]);
     }
-    // This lane's score columns 8j + 2 t4 + e: outer scales (latent: token or layer scale
-    // times 2^codec::kE2m1PairShift; RoPE: the FP8 RoPE scale; finite for masked entries too).
+    // This lane's score columns 8j + 2 t4 + e: outer scales (pair_scaled_record_scales; finite
+    // for masked entries too).
     float col_latent[kCols][2], col_rope[kCols][2];
 #pragma unroll
     for (int j = 0; j < kCols; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const RecordScales sc = record_scales<F>(raw + (8 * j + 2 * t4 + e) * F::kRecordBytes, p.layer_scale);
-        col_latent[j][e] = sc.latent * float(1 << codec::kE2m1PairShift);
+        const RecordScales sc = pair_scaled_record_scales<F>(raw + (8 * j + 2 * t4 + e) * F::kRecordBytes, p.layer_scale);
+        col_latent[j][e] = sc.latent;
         col_rope[j][e] = sc.rope;
       }
     float* my_s = sS + (warp * kH16Heads + g) * kSStride + 2 * t4;
@@ -269,9 +269,9 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
       }
     __syncthreads();  // every warp's partial scores of t are in sS
 
-    // 3. The softmax of this lane's head and two entries: full scores (sum of the four warps'
-    //    partials), masked; lazy reference; weights carrying each entry's latent scale, as a BF16
-    //    part and its BF16 remainder in shared memory, with the head's rescale factor.
+    // 3. The softmax of this lane's head and kSoftmaxCols entries: full scores (sum of the four
+    //    warps' partials), masked; lazy reference; weights carrying each entry's latent scale,
+    //    as a BF16 part and its BF16 remainder in shared memory, with the head's rescale factor.
     {
       float sc[kSoftmaxCols];
 #pragma unroll
@@ -293,24 +293,18 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
       mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
-      // -inf reference (nothing valid yet) moves to any finite maximum (softmax_rescale's rule).
-      const bool move = mx > soft_m + kLazyRescaleLog2;
-      const float m_new = move ? mx : soft_m;
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = move ? ptx::exp2_approx(soft_m - m_use) : 1.0f;
-      soft_m = m_new;
+      const LazyStep step = lazy_reference_step(mx, soft_m);
+      const float m_use = step.m_use, alpha = step.alpha;
       float e_sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < kSoftmaxCols; i += 2) {
         const float e0 = ptx::exp2_approx(sc[i] - m_use), e1 = ptx::exp2_approx(sc[i + 1] - m_use);
         e_sum += e0 + e1;
-        const float c0 = record_scales<F>(raw + (soft_col + i) * F::kRecordBytes, p.layer_scale).latent * float(1 << codec::kE2m1PairShift);
-        const float c1 = record_scales<F>(raw + (soft_col + i + 1) * F::kRecordBytes, p.layer_scale).latent * float(1 << codec::kE2m1PairShift);
-        const float a0 = e0 * c0, a1 = e1 * c1;
-        const uint32_t hi = ptx::pack_bf16x2(a0, a1);
-        const uint32_t lo = ptx::pack_bf16x2(a0 - __uint_as_float(hi << 16), a1 - __uint_as_float(hi & 0xFFFF0000u));
-        *reinterpret_cast<uint32_t*>(sP + soft_head * kPStride + soft_col + i) = hi;
-        *reinterpret_cast<uint32_t*>(sP + (kH16Heads + soft_head) * kPStride + soft_col + i) = lo;
+        const float c0 = pair_scaled_record_scales<F>(raw + (soft_col + i) * F::kRecordBytes, p.layer_scale).latent;
+        const float c1 = pair_scaled_record_scales<F>(raw + (soft_col + i + 1) * F::kRecordBytes, p.layer_scale).latent;
+        const Bf16Split a = bf16_split_pair(e0 * c0, e1 * c1);
+        *reinterpret_cast<uint32_t*>(sP + soft_head * kPStride + soft_col + i) = a.hi;
+        *reinterpret_cast<uint32_t*>(sP + (kH16Heads + soft_head) * kPStride + soft_col + i) = a.lo;
       }
       soft_l = fmaf(soft_l, alpha, e_sum);
       if ((lane & 7) == 0) sAlpha[soft_head] = alpha;
