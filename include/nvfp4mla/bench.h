@@ -32,7 +32,8 @@ struct DecodeResult {
   double gbps = 0;          // (records read once per (row, entry) + q + out) / time
   double frac_copy = 0, frac_mma = 0;
   // A ceiling measured on the same cache and indices: a plain kernel that only reads every
-  // (row, entry) record once (one warp per record, all SMs full). frac_gather = gather_us / median_us.
+  // (row, entry) record once (several 16-byte loads in flight per thread, all SMs full).
+  // frac_gather = gather_us / median_us.
   double gather_us = 0, frac_gather = 0;
   bool finite = true;       // every output element finite
 };

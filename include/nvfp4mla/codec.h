@@ -120,12 +120,18 @@ NVFP4MLA_HD float e2m1_decode(uint8_t nibble) {
 // subnormal range, and the scale itself stays below the BF16 maximum).
 inline constexpr int kE2m1PairShift = 8;
 inline constexpr float kE2m1PairScale = 0x1p118f;  // 2^(126 - kE2m1PairShift)
+// How: nibbles e and e + 4 sit 16 bits apart, as the halves of their pair do. Masking the two and
+// one multiply by 2^6 + 2^12 (2^2 + 2^8 for the nibble 4 bits higher) makes two non-overlapping
+// copies of each, one with the exponent and mantissa bits at BF16 bits 6..8, one with the sign at
+// bit 15; a last mask keeps those bits. Three operations per pair (a mask, a multiply, a mask)
+// where shifting the magnitude and the sign separately took four or five.
 NVFP4MLA_HD void e2m1x8_to_bf16_pairs(uint32_t nib, uint32_t (&pair)[4]) {
-  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
-  pair[0] = ((nib << 6) & kMag) | ((nib << 12) & kSign);
-  pair[1] = ((nib << 2) & kMag) | ((nib << 8) & kSign);
-  pair[2] = ((nib >> 2) & kMag) | ((nib << 4) & kSign);
-  pair[3] = ((nib >> 6) & kMag) | (nib & kSign);
+  constexpr uint32_t kKeep = 0x81C081C0u;  // sign and the 3 exponent/mantissa bits of each half
+  const uint32_t upper = nib >> 8;          // nibbles 2, 3, 6, 7 where 0, 1, 4, 5 were
+  pair[0] = ((nib & 0x000F000Fu) * 0x1040u) & kKeep;
+  pair[1] = ((nib & 0x00F000F0u) * 0x0104u) & kKeep;
+  pair[2] = ((upper & 0x000F000Fu) * 0x1040u) & kKeep;
+  pair[3] = ((upper & 0x00F000F0u) * 0x0104u) & kKeep;
 }
 
 // ---- BF16 ------------------------------------------------------------------------------

@@ -45,11 +45,15 @@ constexpr int decode_stages(const DecodeTileConfig& c, int record_bytes, bool ra
   return 1;
 }
 
-// NVFP4 records with 16-head groups run a register-fed kernel instead (sparse_decode_h16.cu): the
-// same 4 warps and 32-entry tiles, raw records in kDecodeH16Stages sub-tiles of 32 entries, and
-// registers for kDecodeH16CtasPerSm CTAs per SM.
+// NVFP4 records with 16-head groups run a register-fed kernel instead (sparse_decode_h16.cu):
+// kDecodeH16Warps warps, the same 32-entry tiles, raw records in kDecodeH16Stages sub-tiles of 32
+// entries, and registers for kDecodeH16CtasPerSm CTAs per SM.
+inline constexpr int kDecodeH16Warps = 4;
 inline constexpr int kDecodeH16Stages = 5;
 inline constexpr int kDecodeH16CtasPerSm = 2;
+// Whether a plan for this format and head group runs that kernel (its warps, stages and CTAs per
+// SM are the ones above).
+constexpr bool decode_uses_h16_kernel(const RecordSpec& spec, int head_group) { return spec.is_nvfp4() && head_group == 16; }
 
 // A CTA's fixed cost in the split planner's estimate, in KV tiles: loading Q, filling the
 // pipeline and storing the output (each extra split also costs partials and a merge).

@@ -38,19 +38,28 @@ __global__ void fill_indices(int32_t* p, int64_t n, uint64_t seed, int64_t capac
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     p[i] = static_cast<int32_t>(hash32(seed + 7919 * i) % capacity);
 }
-// Reads record idx[i] (one warp per record, 16 bytes per lane) and folds it into a word that is
-// stored only if it matches an impossible key, so the loads cannot be dropped: the random-gather
-// ceiling of a decode case.
+// Reads every record idx[i] once and folds the bytes into a word that is stored only if it matches
+// an impossible key, so the loads cannot be dropped: the random-gather ceiling of a decode case.
+// Each thread issues kGatherLoads 16-byte loads (of different records) before using any: a probe on
+// the H200 gathered rows 128 x topk 2048 of 368-byte records in 37 us this way against 49 us with
+// one warp per record and one load per lane, whose few loads in flight were the limit
+// (docs/PERF.md, seventh session).
+constexpr int kGatherLoads = 4;
 __global__ void read_records(const uint8_t* __restrict__ cache, int record_bytes, const int32_t* __restrict__ idx,
                              int64_t n, uint32_t* __restrict__ sink) {
-  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (i >= n) return;
-  const uint4* src = reinterpret_cast<const uint4*>(cache + static_cast<int64_t>(idx[i]) * record_bytes);
+  const int chunks = record_bytes / 16;
+  const int64_t total = n * chunks, stride = int64_t(gridDim.x) * blockDim.x;
   uint32_t acc = 0;
-  for (int c = lane; c < record_bytes / 16; c += 32) {
-    const uint4 v = __ldcg(src + c);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; base < total; base += stride * kGatherLoads) {
+    uint4 v[kGatherLoads];
+#pragma unroll
+    for (int u = 0; u < kGatherLoads; ++u) {
+      const int64_t c = base + u * stride;
+      v[u] = c < total ? __ldcg(reinterpret_cast<const uint4*>(cache + int64_t(idx[c / chunks]) * record_bytes) + c % chunks)
+                       : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kGatherLoads; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   if (acc == 0x9E3779B9u) sink[0] = acc;
 }
@@ -196,7 +205,7 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     const int64_t records = int64_t(c.rows) * c.topk;
     const auto gather_ms = time_runs(
         [&] {
-          read_records<<<static_cast<unsigned>((records * 32 + 255) / 256), 256, 0, s>>>(cache.p, rb, idx.p, records, sink.p);
+          read_records<<<static_cast<unsigned>(8 * cuda::current_sm_count()), 256, 0, s>>>(cache.p, rb, idx.p, records, sink.p);
         },
         opt, flush, s);
     Dev<unsigned long long> bad(1);

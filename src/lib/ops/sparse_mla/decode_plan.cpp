@@ -24,7 +24,8 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   p.stages = decode_stages(cfg, spec.record_bytes(), raw_is_k_row);
   const size_t smem = decode_smem_bytes(cfg, spec.record_bytes(), raw_is_k_row, p.stages) + kDecodeSmemReservedPerCta;
   p.ctas_per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(cfg.min_ctas, kDecodeSmemPerSm / smem)));
-  if (spec.is_nvfp4() && cfg.head_group == 16) {
+  if (decode_uses_h16_kernel(spec, cfg.head_group)) {
+    p.warps = kDecodeH16Warps;
     p.stages = kDecodeH16Stages;
     p.ctas_per_sm = kDecodeH16CtasPerSm;
   }

@@ -742,7 +742,7 @@ int current_sm_count() {
 }
 
 bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan) {
-  return !(spec.is_nvfp4() && plan.head_group == 16 && h16_kernel_enabled());
+  return !(decode_uses_h16_kernel(spec, plan.head_group) && h16_kernel_enabled());
 }
 
 void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,
@@ -753,7 +753,8 @@ void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
   if (a.capacity > INT32_MAX) throw Error("sparse decode: capacity above 2^31 slots is not supported by int32 indices");
   const int expect_groups = (a.heads + plan.head_group - 1) / plan.head_group;
   const DecodeTileConfig cfg = decode_tile_config(plan.head_group);
-  if (plan.num_head_groups != expect_groups || plan.head_group != cfg.head_group || plan.warps != cfg.warps ||
+  const int expect_warps = decode_uses_h16_kernel(spec, cfg.head_group) ? kDecodeH16Warps : cfg.warps;
+  if (plan.num_head_groups != expect_groups || plan.head_group != cfg.head_group || plan.warps != expect_warps ||
       plan.tile_tokens != cfg.tile_tokens || plan.num_tiles != (a.topk + cfg.tile_tokens - 1) / cfg.tile_tokens ||
       plan.splits < 1 ||
       static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles)

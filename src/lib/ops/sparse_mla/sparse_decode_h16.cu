@@ -40,7 +40,7 @@ namespace nvfp4mla::cuda {
 namespace {
 
 constexpr DecodeTileConfig kH16Config = decode_tile_config(16);
-constexpr int kH16Heads = 16, kH16Warps = kH16Config.warps, kH16Threads = 32 * kH16Warps;
+constexpr int kH16Heads = 16, kH16Warps = kDecodeH16Warps, kH16Threads = 32 * kH16Warps;
 // Entries per sub-tile: 32 (two CTAs per SM, five stages). With the softmax split by heads they
 // measured 6-7% faster than 16 (three CTAs per SM, six stages) on the H200 at locked clocks:
 // 128 x 16 heads 116.0-116.6 vs 124.3-124.8 us, 14% fewer instructions (docs/PERF.md).
