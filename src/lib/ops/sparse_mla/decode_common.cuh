@@ -124,6 +124,8 @@ __device__ __forceinline__ void rescale_rows(float (&o)[NT_O][4], const float (&
 struct LazyStep {
   float m_use, alpha;
 };
+// What lazy_reference_step returns when the tile's maximum does not exceed m + kLazyRescaleLog2.
+__device__ __forceinline__ LazyStep lazy_reference_kept(float m) { return {m == -INFINITY ? 0.0f : m, 1.0f}; }
 __device__ __forceinline__ LazyStep lazy_reference_step(float mx, float& m) {
   const bool move = mx > m + kLazyRescaleLog2;
   const float m_new = move ? mx : m;

@@ -267,6 +267,14 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
         }
         *reinterpret_cast<float2*>(my_s + 8 * r * kSStride + 8 * j) = make_float2(part[0], part[1]);
       }
+    // The softmax's own inputs from this sub-tile's records, loaded before the barrier so that
+    // their latency is not on the softmax's path: its entries' latent scales and masks.
+    float soft_c[kSoftmaxCols], soft_mask[kSoftmaxCols];
+#pragma unroll
+    for (int i = 0; i < kSoftmaxCols; ++i) {
+      soft_c[i] = pair_scaled_record_scales<F>(raw + (soft_col + i) * F::kRecordBytes, p.layer_scale).latent;
+      soft_mask[i] = mask[soft_col + i];
+    }
     __syncthreads();  // every warp's partial scores of t are in sS
 
     // 3. The softmax of this lane's head and kSoftmaxCols entries: full scores (sum of the four
@@ -283,26 +291,30 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
           sum.x += x.x;
           sum.y += x.y;
         }
-        const float2 m = *reinterpret_cast<const float2*>(mask + soft_col + i);
-        sc[i] = fmaf(sum.x, p.scale_log2, m.x);
-        sc[i + 1] = fmaf(sum.y, p.scale_log2, m.y);
+        sc[i] = fmaf(sum.x, p.scale_log2, soft_mask[i]);
+        sc[i + 1] = fmaf(sum.y, p.scale_log2, soft_mask[i + 1]);
       }
       float mx = sc[0];
 #pragma unroll
       for (int i = 1; i < kSoftmaxCols; ++i) mx = fmaxf(mx, sc[i]);
-      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-      mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
-      const LazyStep step = lazy_reference_step(mx, soft_m);
+      // The head's maximum only matters when it moves the lazy reference; one vote finds out
+      // whether any lane of the warp has a score that would (rare once the first sub-tiles are
+      // in), and only then do the heads reduce their maxima (three dependent shuffles less on the
+      // common path, same reference and weights either way).
+      LazyStep step = lazy_reference_kept(soft_m);
+      if (__any_sync(0xFFFFFFFFu, mx > soft_m + kLazyRescaleLog2)) {
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
+        step = lazy_reference_step(mx, soft_m);
+      }
       const float m_use = step.m_use, alpha = step.alpha;
       float e_sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < kSoftmaxCols; i += 2) {
         const float e0 = ptx::exp2_approx(sc[i] - m_use), e1 = ptx::exp2_approx(sc[i + 1] - m_use);
         e_sum += e0 + e1;
-        const float c0 = pair_scaled_record_scales<F>(raw + (soft_col + i) * F::kRecordBytes, p.layer_scale).latent;
-        const float c1 = pair_scaled_record_scales<F>(raw + (soft_col + i + 1) * F::kRecordBytes, p.layer_scale).latent;
-        const Bf16Split a = bf16_split_pair(e0 * c0, e1 * c1);
+        const Bf16Split a = bf16_split_pair(e0 * soft_c[i], e1 * soft_c[i + 1]);
         *reinterpret_cast<uint32_t*>(sP + soft_head * kPStride + soft_col + i) = a.hi;
         *reinterpret_cast<uint32_t*>(sP + (kH16Heads + soft_head) * kPStride + soft_col + i) = a.lo;
       }
