@@ -29,8 +29,9 @@ struct DecodeParams {
   float scale_log2;  // sm_scale * log2(e)
   float layer_scale;
   bool lse_base2;
-  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant, 2 QK^T, 4 PV, 8 record copies (64- and
-                  // 16-head kernels), 16 all compute (16-head kernel: the copy pipeline alone); results are garbage
+  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant (not in the 16-head kernel, where the
+                  // select cost ~50 register moves per sub-tile), 2 QK^T, 4 PV, 8 record copies (64- and 16-head
+                  // kernels), 16 all compute (16-head kernel: the copy pipeline alone); results are garbage
   __nv_bfloat16* out;   // final output when splits == 1
   float* lse;
   float* part_out;      // [rows, heads, splits, 512] when splits > 1

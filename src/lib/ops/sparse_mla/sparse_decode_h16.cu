@@ -178,7 +178,6 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   float o[2 * kKSteps][4];  // output n-block 2 kk + slot: the dims of (kk, slot) in every lane's block
 #pragma unroll
   for (int n = 0; n < 2 * kKSteps; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  const bool dequant = !(p.debug_skip & 1);
   // This lane's softmax head and entries (the split above), its online state: the head's lazy
   // reference m (the same in the head's 8 lanes) and the lane's share of the sum of weights.
   __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + Smem::p_off);  // [part][head][entry]
@@ -217,7 +216,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
         uint32_t pr[4];
         codec::e2m1x8_to_bf16_pairs(words[wd], pr);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) kl[j][2 * wd + e / 2][e % 2] = dequant ? bf16x2_mul(pr[e], dpair[wd / 2]) : words[wd];
+        for (int e = 0; e < 4; ++e) kl[j][2 * wd + e / 2][e % 2] = bf16x2_mul(pr[e], dpair[wd / 2]);
       }
       if constexpr (F::spec.rope == RopeEncoding::fp8) {
         const uint32_t b = *reinterpret_cast<const uint32_t*>(rec + L::kRopeOffset + rope0);
