@@ -67,6 +67,7 @@ TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
   const auto h16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132);
   EXPECT_EQ(h16.ctas_per_sm, kDecodeH16CtasPerSm);
   EXPECT_EQ(h16.stages, kDecodeH16Stages);
+  EXPECT_EQ(h16.warps, kDecodeH16Warps);
   EXPECT_GE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 64, 2048, 132).stages, 2);
 }
 

@@ -205,7 +205,7 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     const int64_t records = int64_t(c.rows) * c.topk;
     const auto gather_ms = time_runs(
         [&] {
-          read_records<<<static_cast<unsigned>(8 * cuda::current_sm_count()), 256, 0, s>>>(cache.p, rb, idx.p, records, sink.p);
+          read_records<<<static_cast<unsigned>(8 * sms), 256, 0, s>>>(cache.p, rb, idx.p, records, sink.p);
         },
         opt, flush, s);
     Dev<unsigned long long> bad(1);

@@ -130,9 +130,8 @@ __device__ __forceinline__ LazyStep lazy_reference_kept(float m) { return {m == 
 __device__ __forceinline__ LazyStep lazy_reference_step(float mx, float& m) {
   const bool move = mx > m + kLazyRescaleLog2;
   const float m_new = move ? mx : m;
-  LazyStep step;
-  step.m_use = m_new == -INFINITY ? 0.0f : m_new;
-  step.alpha = move ? ptx::exp2_approx(m - step.m_use) : 1.0f;
+  LazyStep step = lazy_reference_kept(m_new);
+  if (move) step.alpha = ptx::exp2_approx(m - step.m_use);
   m = m_new;
   return step;
 }

@@ -55,14 +55,13 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t b) {
   return __half2float(*reinterpret_cast<const __half*>(&h));
 }
 
-// 16 E4M3 bytes times a scale: e4m3 -> f16 pairs in hardware (exact: E4M3 is a subset of
-// FP16, subnormals included), then fp32 products.
 // Two E4M3 bytes (the low 16 bits of `b`) to fp32 through the hardware E4M3 -> FP16 pair
-// conversion (exact).
+// conversion (exact: E4M3 is a subset of FP16, subnormals included).
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t b) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(b), __NV_E4M3);
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
+// 16 E4M3 bytes times a scale: exact pair conversions, then fp32 products.
 __device__ __forceinline__ void e4m3x16_scaled(const uint8_t* src, float scale, float (&v)[16]) {
   const uint4 b = *reinterpret_cast<const uint4*>(src);
   const uint32_t w[4] = {b.x, b.y, b.z, b.w};

@@ -50,12 +50,12 @@ constexpr int kH16Stages = kDecodeH16Stages;  // raw record sub-tiles in flight
 // Q's fragments live in shared memory (ldmatrix per k step), which left room for three CTAs per
 // SM at 16-entry sub-tiles; keeping them in registers measured the same (fifth session).
 constexpr int kH16MinCtas = kDecodeH16CtasPerSm;
-constexpr int kQSteps = 9;  // k16 steps of a warp: 8 latent, 1 RoPE
 constexpr int kIdxRing = 2 * kH16Stages;  // sub-tiles of top-k indices in shared memory
 constexpr int kLatentPerWarp = kLatentDim / kH16Warps;  // 128
 constexpr int kLatentPerLane = kLatentPerWarp / 4;      // 32 (a lane quad splits the warp's dims)
 constexpr int kRopePerWarp = kRopeDim / kH16Warps;      // 16: one k16 step
 constexpr int kKSteps = kLatentPerWarp / 16;            // latent k16 steps per warp
+constexpr int kQSteps = kKSteps + kRopePerWarp / 16;    // k16 steps of Q per warp: 8 latent, 1 RoPE
 constexpr int kSStride = kH16Sub + 8;                   // partial-score row stride (floats; no bank conflicts)
 constexpr int kPStride = kH16Sub + 8;                   // P row stride (BF16: 48 or 80 bytes, conflict-free ldmatrix)
 // The softmax of a sub-tile is split by heads: warp w owns heads 4w..4w+3, lane l head 4w + l / 8
