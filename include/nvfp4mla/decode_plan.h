@@ -55,6 +55,14 @@ inline constexpr int kDecodeH16CtasPerSm = 2;
 // SM are the ones above).
 constexpr bool decode_uses_h16_kernel(const RecordSpec& spec, int head_group) { return spec.is_nvfp4() && head_group == 16; }
 
+// NVFP4 records with 64-head groups in pairs (128 heads and more) run, on sm_90, a kernel whose
+// K buffers hold kDecodeWideTileTiles planner tiles (64 entries); splits then cover whole wide
+// tiles where they can (a wide tile reaching past its split's end only masks the rest).
+inline constexpr int kDecodeWideTileTiles = 2;
+constexpr bool decode_uses_wide_tiles(const RecordSpec& spec, int head_group, int num_head_groups) {
+  return spec.is_nvfp4() && head_group == 64 && num_head_groups % 2 == 0;
+}
+
 // A CTA's fixed cost in the split planner's estimate, in KV tiles: loading Q, filling the
 // pipeline and storing the output (each extra split also costs partials and a merge).
 inline constexpr int kDecodeCtaFixedTiles = 4;

@@ -33,6 +33,8 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   p.num_tiles = (topk + p.tile_tokens - 1) / p.tile_tokens;
   // Never below 64 entries per split (the bound serving planners size scratch with).
   const int max_splits = std::min(p.num_tiles, (topk + 63) / 64);
+  const int split_tiles = decode_uses_wide_tiles(spec, p.head_group, p.num_head_groups) ? kDecodeWideTileTiles : 1;
+  auto tiles_per_split = [&](int s) { return ((p.num_tiles + s - 1) / s + split_tiles - 1) / split_tiles * split_tiles; };
   int splits = 1;
   if (forced_splits > 0) {
     splits = std::clamp(forced_splits, 1, max_splits);
@@ -45,7 +47,7 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
     const int64_t slots = static_cast<int64_t>(sm_count) * p.ctas_per_sm;
     int64_t best = INT64_MAX;
     for (int s = 1; s <= max_splits; ++s) {
-      const int per_split = (p.num_tiles + s - 1) / s;
+      const int per_split = tiles_per_split(s);
       const int64_t ctas = base * ((p.num_tiles + per_split - 1) / per_split);
       const int64_t estimate = (ctas + slots - 1) / slots * (per_split + kDecodeCtaFixedTiles);
       if (estimate < best) {
@@ -54,7 +56,7 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
       }
     }
   }
-  p.tiles_per_split = (p.num_tiles + splits - 1) / splits;
+  p.tiles_per_split = std::min(tiles_per_split(splits), p.num_tiles);
   p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
   return p;
 }

@@ -61,16 +61,16 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t b) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(b), __NV_E4M3);
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
-// 16 E4M3 bytes times a scale: exact pair conversions, then fp32 products.
-__device__ __forceinline__ void e4m3x16_scaled(const uint8_t* src, float scale, float (&v)[16]) {
-  const uint4 b = *reinterpret_cast<const uint4*>(src);
-  const uint32_t w[4] = {b.x, b.y, b.z, b.w};
+// Eight E4M3 bytes (lo: values 0..3, hi: 4..7) times a scale as eight BF16 values: exact pair
+// conversions, fp32 products, one rounding each.
+__device__ __forceinline__ uint4 e4m3x8_scaled_words(uint32_t lo, uint32_t hi, float scale) {
+  uint32_t w[4];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 f = e4m3x2_to_float2(w[i / 2] >> (16 * (i % 2)));
-    v[2 * i] = f.x * scale;
-    v[2 * i + 1] = f.y * scale;
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = e4m3x2_to_float2((i < 2 ? lo : hi) >> (16 * (i % 2)));
+    w[i] = ptx::pack_bf16x2(f.x * scale, f.y * scale);
   }
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // Eight BF16 values of one NVFP4 group, (e2m1[c] * d) * s for the 8 magnitudes c, as byte
@@ -143,15 +143,6 @@ __device__ __forceinline__ Words16 load_words16(const uint8_t* src) {
   const uint4* w = reinterpret_cast<const uint4*>(src);
   return {w[0], w[1]};
 }
-__device__ __forceinline__ Words16 pack_16_bf16(const float (&v)[16]) {
-  Words16 w;
-  w.lo = make_uint4(ptx::pack_bf16x2(v[0], v[1]), ptx::pack_bf16x2(v[2], v[3]), ptx::pack_bf16x2(v[4], v[5]),
-                    ptx::pack_bf16x2(v[6], v[7]));
-  w.hi = make_uint4(ptx::pack_bf16x2(v[8], v[9]), ptx::pack_bf16x2(v[10], v[11]), ptx::pack_bf16x2(v[12], v[13]),
-                    ptx::pack_bf16x2(v[14], v[15]));
-  return w;
-}
-
 // The outer scales of one record: the latent's (token scale in dynamic mode, the layer scale in
 // static mode, 1 otherwise) and the FP8 RoPE's. Callers that dequantize several units of a record
 // read them once.
@@ -180,23 +171,28 @@ __device__ __forceinline__ RecordScales pair_scaled_record_scales(const uint8_t*
   return sc;
 }
 
+// One NVFP4 latent group (8 bytes of E2M1 nibbles, its E4M3 scale byte) as 16 BF16 values
+// (e2m1 * d) * s, exactly the reader expression of record.h.
+template <class F>
+__device__ __forceinline__ Words16 nvfp4_group_words(uint2 nib, uint32_t scale_byte, float latent_scale) {
+  const float d = e4m3_to_float(static_cast<uint8_t>(scale_byte));
+  const E2m1Table table = e2m1_table(d, latent_scale, F::spec.scale_mode == ScaleMode::implicit);
+  uint32_t w0[4], w1[4];
+  e2m1x8_lookup(nib.x, table, w0);
+  e2m1x8_lookup(nib.y, table, w1);
+  return {make_uint4(w0[0], w0[1], w0[2], w0[3]), make_uint4(w1[0], w1[1], w1[2], w1[3])};
+}
+
 template <class F>
 __device__ __forceinline__ Words16 dequant_unit_words(const uint8_t* rec, int u, const RecordScales& sc) {
-  float v[16];
   if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla) {
     namespace L = layout::nvfp4;
     if (u < kLatentUnits) {
-      // (e2m1 * d) * s per element, exactly the reader expression of record.h, then BF16.
-      const float d = e4m3_to_float(rec[L::kGroupScaleOffset + u]);
-      const E2m1Table table = e2m1_table(d, sc.latent, F::spec.scale_mode == ScaleMode::implicit);
-      const uint2 nib = *reinterpret_cast<const uint2*>(rec + L::kLatentOffset + 8 * u);
-      uint32_t w0[4], w1[4];
-      e2m1x8_lookup(nib.x, table, w0);
-      e2m1x8_lookup(nib.y, table, w1);
-      return {make_uint4(w0[0], w0[1], w0[2], w0[3]), make_uint4(w1[0], w1[1], w1[2], w1[3])};
+      return nvfp4_group_words<F>(*reinterpret_cast<const uint2*>(rec + L::kLatentOffset + 8 * u),
+                                  rec[L::kGroupScaleOffset + u], sc.latent);
     } else if constexpr (F::spec.rope == RopeEncoding::fp8) {
-      e4m3x16_scaled(rec + L::kRopeOffset + 16 * (u - kLatentUnits), sc.rope, v);
-      return pack_16_bf16(v);
+      const uint4 b = *reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 16 * (u - kLatentUnits));
+      return {e4m3x8_scaled_words(b.x, b.y, sc.rope), e4m3x8_scaled_words(b.z, b.w, sc.rope)};
     } else {
       return load_words16(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
     }
@@ -208,8 +204,8 @@ __device__ __forceinline__ Words16 dequant_unit_words(const uint8_t* rec, int u,
     namespace L = layout::fp8;
     if (u < kLatentUnits) {
       const float p = load_f32_aligned(rec + L::kTileScaleOffset + 4 * (u * 16 / L::kTileDim));
-      e4m3x16_scaled(rec + L::kLatentOffset + 16 * u, p, v);
-      return pack_16_bf16(v);
+      const uint4 b = *reinterpret_cast<const uint4*>(rec + L::kLatentOffset + 16 * u);
+      return {e4m3x8_scaled_words(b.x, b.y, p), e4m3x8_scaled_words(b.z, b.w, p)};
     }
     return load_words16(rec + L::kRopeOffset + 32 * (u - kLatentUnits));
   }
@@ -229,6 +225,65 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
 template <class F>
 __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float layer_scale, __nv_bfloat16* dst) {
   dequant_unit<F>(rec, u, layer_scale, contiguous(dst));
+}
+
+
+// The eighth of an NVFP4 record that one of eight threads per entry dequantizes in the 64-entry
+// warp-specialized kernel, loaded from global memory straight into registers: latent groups
+// [4 part, 4 part + 4), RoPE values [8 part, 8 part + 8) and the record's two outer-scale
+// fields. A masked entry's slice is all zero bits, which dequantize to exact zeros.
+template <class F>
+struct Nvfp4Slice {
+  static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
+  static constexpr int kParts = 8, kGroups = layout::nvfp4::kNumGroups / kParts, kRopeValues = kRopeDim / kParts;
+  static constexpr bool kFp8Rope = F::spec.rope == RopeEncoding::fp8;
+  static_assert(kGroups == 4 && kRopeValues == 8, "two 16-byte nibble loads, four scale bytes, eight RoPE values");
+  uint4 nib[2];
+  uint32_t group_scales;
+  uint2 outer;                                          // RoPE scale, token scale (fp32 bits)
+  uint4 rope;                                           // fp8: .x .y hold 8 E4M3 bytes; bf16: 8 values
+};
+template <class F>
+__device__ __forceinline__ void load_nvfp4_slice(const uint8_t* __restrict__ rec, int part, bool valid, Nvfp4Slice<F>& x) {
+  namespace L = layout::nvfp4;
+  using S = Nvfp4Slice<F>;
+  static_assert(L::kTokenScaleOffset == L::kRopeScaleOffset + 4 && L::kRopeScaleOffset % 8 == 0);
+  if (!valid) {
+    x.nib[0] = x.nib[1] = x.rope = make_uint4(0, 0, 0, 0);
+    x.group_scales = 0;
+    x.outer = make_uint2(0, 0);
+    return;
+  }
+  const uint4* nib = reinterpret_cast<const uint4*>(rec + L::kLatentOffset + S::kGroups * (L::kGroupSize / 2) * part);
+  x.nib[0] = __ldg(nib);
+  x.nib[1] = __ldg(nib + 1);
+  x.group_scales = __ldg(reinterpret_cast<const uint32_t*>(rec + L::kGroupScaleOffset + S::kGroups * part));
+  x.outer = __ldg(reinterpret_cast<const uint2*>(rec + L::kRopeScaleOffset));
+  if constexpr (S::kFp8Rope) {
+    const uint2 r = __ldg(reinterpret_cast<const uint2*>(rec + L::kRopeOffset + S::kRopeValues * part));
+    x.rope = make_uint4(r.x, r.y, 0, 0);
+  } else {
+    x.rope = __ldg(reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 2 * S::kRopeValues * part));
+  }
+}
+// The slice's latent outer scale; latent group `j` (0..3) as 16 BF16 values; its eight RoPE
+// values as one word.
+template <class F>
+__device__ __forceinline__ float slice_latent_scale(const Nvfp4Slice<F>& x, float layer_scale) {
+  if constexpr (F::spec.scale_mode == ScaleMode::dynamic) return __uint_as_float(x.outer.y);
+  else if constexpr (F::spec.scale_mode == ScaleMode::static_calibrated) return layer_scale;
+  else return 1.0f;
+}
+template <class F>
+__device__ __forceinline__ Words16 slice_group_words(const Nvfp4Slice<F>& x, int j, float latent_scale) {
+  const uint4& n = x.nib[j / 2];
+  const uint2 nib = j % 2 == 0 ? make_uint2(n.x, n.y) : make_uint2(n.z, n.w);
+  return nvfp4_group_words<F>(nib, (x.group_scales >> (8 * j)) & 0xFFu, latent_scale);
+}
+template <class F>
+__device__ __forceinline__ uint4 slice_rope_words(const Nvfp4Slice<F>& x) {
+  if constexpr (Nvfp4Slice<F>::kFp8Rope) return e4m3x8_scaled_words(x.rope.x, x.rope.y, __uint_as_float(x.outer.x));
+  else return x.rope;
 }
 
 }  // namespace nvfp4mla::cuda

@@ -283,16 +283,31 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 // barrier. Every handoff is a CTA-scope mbarrier (ncu showed cluster-scope release barriers and
 // acquire invalidations costing a large share of the stalls); setmaxnreg moves registers to the
 // consumers.
-constexpr int kWsTile = 32, kWsHeads = 64, kWsConsumers = 256, kWsProducers = 256, kWsThreads = kWsConsumers + kWsProducers;
+//
+// kTile: 32-entry K buffers, raw records staged in shared memory by cp.async; or, for pairs of
+// NVFP4 records, 64-entry K buffers (the softmax, barrier and hand-off chain of the scores
+// warpgroup runs once per 64 entries, and the score MMAs are m64n64k16, whose shared-memory
+// reads balance the tensor rate where n32 reads 1.5x what the shared memory delivers). Q and two
+// 64-entry K buffers fill the shared memory, so those producers load their records straight
+// into registers, one step ahead (FlashMLA's FP8 kernel does the same).
+constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256, kWsProducers = 256,
+              kWsThreads = kWsConsumers + kWsProducers;
 // setmaxnreg budgets (65536 registers for 512 threads): scores warpgroup, output warpgroup, each
 // producer warpgroup. (A third producer warpgroup does not fit: with 640 threads the launch
 // leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
-constexpr int kWsRegsScores = 216, kWsRegsOutput = 168, kWsRegsProducer = 64;
-static_assert(kWsRegsScores + kWsRegsOutput + 2 * kWsRegsProducer == 65536 / 128);
+// Wide tiles: the scores warpgroup holds 64-entry score accumulators and takes 8 registers from
+// each producer warpgroup (ptxas -v: no spills in the 368-byte dynamic kernel at 232 / 168 / 56).
+template <int kTile>
+struct WsRegs {
+  static constexpr bool wide = kTile == kWsWideTile;
+  static constexpr int scores = wide ? 232 : 216, output = 168, producer = wide ? 56 : 64;
+  static_assert(scores + output + 2 * producer == 65536 / 128);
+};
 constexpr int kWsVHalf = kLatentDim / 2;   // output dims per consumer warpgroup
 constexpr int kBarProducer = 1, kBarConsumers = 2;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
-static_assert(kWsVHalf == 256 && kWsTile == 32, "wgmma shapes: n32 for QK, two n128 per output half");
+static_assert(kWsWideTile == kDecodeWideTileTiles * kWsTile, "the planner rounds splits to whole wide tiles");
+static_assert(kWsVHalf == 256, "wgmma shapes: two n128 per output half");
 
 // Element offset of (row r, dim d) in a core-matrix tile of `rows` rows: dim blocks of 8 are
 // outermost, then rows, 8 dims (16 bytes) per row.
@@ -300,27 +315,33 @@ template <int kRows>
 __device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kRows + r) * 8 + (d & 7); }
 
 // Shared memory of the warp-specialized kernel: Q, the K buffers, P, per-head rescale factors
-// and normalizers, per-entry masks, the mbarriers, then as many raw record stages (up to 4) as
-// fit, and the top-k index ring of 2 stages + 1 tiles.
+// and normalizers, per-entry masks, the mbarriers, then (32-entry tiles) as many raw record
+// stages (up to 4) as fit, and the top-k index ring of 2 stages + 1 tiles.
 // Two K buffers: a third (producers two tiles ahead of the score MMAs, one raw stage fewer)
 // measured the same on the H200 (256 x 64: 310-326 vs 311-336 us; 256 x 128: 529-565 vs 526-572).
-template <class F, bool kPair>
+template <class F, bool kPair, int kTile>
 struct WsSmem {
   static constexpr int k_bufs = 2;
-  static constexpr int tokens_per_cta = kPair ? kWsTile / 2 : kWsTile;  // records this CTA gathers per tile
+  static constexpr bool register_records = kTile == kWsWideTile;
+  static_assert(kTile == kWsTile || (register_records && kPair && F::spec.dtype == CacheDtype::nvfp4_ds_mla),
+                "64-entry tiles: pairs of NVFP4 records only (eight producer threads per entry)");
+  static constexpr int tokens_per_cta = kPair ? kTile / 2 : kTile;  // records this CTA gathers per tile
   // Bytes the peer delivers into this CTA's K buffer per tile (pairs).
-  static constexpr uint32_t peer_bytes = kPair ? uint32_t(kWsTile / 2) * kQkDim * 2 : 0;
-  static constexpr size_t k_buf_bytes = size_t(kWsTile) * kQkDim * 2;
+  static constexpr uint32_t peer_bytes = kPair ? uint32_t(kTile / 2) * kQkDim * 2 : 0;
+  static constexpr size_t k_buf_bytes = size_t(kTile) * kQkDim * 2;
   static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
   static constexpr int num_bars = 3 * k_bufs + 2;  // full, remote full, empty per K buffer; P full, P empty
   static constexpr size_t k_off = size_t(kWsHeads) * kQkDim * 2, p_off = k_off + k_bufs * k_buf_bytes,
-                          rows_off = p_off + size_t(kWsHeads) * kWsTile * 2,  // P: BF16 weights of one tile
-                          mask_off = rows_off + size_t(2) * kWsHeads * 4,     // per head: rescale factor, normalizer
-                          bar_off = mask_off + size_t(k_bufs) * kWsTile * 4,
+                          rows_off = p_off + size_t(kWsHeads) * kTile * 2,  // P: BF16 weights of one tile
+                          mask_off = rows_off + size_t(2) * kWsHeads * 4,   // per head: rescale factor, normalizer
+                          bar_off = mask_off + size_t(k_bufs) * kTile * 4,
                           raw_off = bar_off + size_t(num_bars + 1) / 2 * 16;  // keeps the raw stages 16-byte aligned
   // The top-k index ring holds 2 stages + 1 tiles (indices travel `stages` tiles ahead of the records).
-  static constexpr size_t bytes_for(int stages) { return raw_off + stages * raw_stage_bytes + size_t(2 * stages + 1) * kWsTile * 4; }
-  static constexpr int stages = bytes_for(4) <= kDecodeSmemPerBlock   ? 4
+  static constexpr size_t bytes_for(int stages) {
+    return raw_off + stages * raw_stage_bytes + (stages > 0 ? size_t(2 * stages + 1) * kTile * 4 : 0);
+  }
+  static constexpr int stages = register_records                       ? 0
+                                : bytes_for(4) <= kDecodeSmemPerBlock   ? 4
                                 : bytes_for(3) <= kDecodeSmemPerBlock ? 3
                                 : bytes_for(2) <= kDecodeSmemPerBlock ? 2
                                                                       : 1;
@@ -334,12 +355,13 @@ struct WsSmem {
 #define NVFP4MLA_SETMAXNREG(dir, n)
 #endif
 
-template <class F, bool kPair>
+template <class F, bool kPair, int kTile>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Smem = WsSmem<F, kPair>;
+  using Smem = WsSmem<F, kPair, kTile>;
   constexpr int kStages = Smem::stages, kIdxRing = 2 * kStages + 1, kTokens = Smem::tokens_per_cta;
   constexpr int kCtas = kPair ? 2 : 1, kWsKBufs = Smem::k_bufs;
+  constexpr int kStepTiles = kTile / kWsTile;  // planner tiles per K buffer
   extern __shared__ __align__(128) uint8_t smem[];
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
@@ -360,11 +382,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t peer = kPair ? cluster::rank() ^ 1u : 0u;
   const int len = row_length(p, row);
+  // Steps of kTile entries over this split's planner tiles; a wide step may reach past the
+  // split's last tile, whose entries are masked like those past the row's length.
   const int tile_begin = split * p.tiles_per_split;
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
+  const int num_steps = (tile_end - tile_begin + kStepTiles - 1) / kStepTiles;
   auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
-  auto idx_of = [&](int t) { return sIdx + (t % kIdxRing) * kWsTile; };
-  auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
   const bool dequant = !(p.debug_skip & 1);
 
   constexpr int q_chunks = kQkDim / 8;
@@ -394,76 +417,153 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
-    NVFP4MLA_SETMAXNREG(dec, kWsRegsProducer);
+    NVFP4MLA_SETMAXNREG(dec, WsRegs<kTile>::producer);
     const bool copies = !(p.debug_skip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
-    // Records travel kStages tiles ahead of the dequantized one and their top-k indices kStages
-    // further, both by cp.async: the group of tile u holds this CTA's records of u and the
-    // indices of u + kStages (decode_common.cuh: issue_index_copy).
-    const bool copies_indices = ptid < kWsTile;
-    if (copies_indices)
-      for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) issue_index_copy<kWsTile>(p, row, len, t, idx_of(t), ptid);
-    ptx::cp_async_commit();
-    ptx::cp_async_wait_group<0>();
-    ptx::named_barrier_sync(kBarProducer, kWsProducers);
-    auto issue_group = [&](int u) {
-      if (u < tile_end && copies)
-        issue_record_copies<F, kWsProducers, kTokens>(p, len, u * kWsTile + tok0, idx_of(u) + tok0, raw_of(u), ptid);
-      const int v = u + kStages;
-      if (copies_indices && v < tile_end) issue_index_copy<kWsTile>(p, row, len, v, idx_of(v), ptid);
-      ptx::cp_async_commit();
-    };
-    for (int t = tile_begin; t < tile_begin + kStages; ++t) issue_group(t);
-    for (int tile = tile_begin; tile < tile_end; ++tile) {
-      const int i = tile - tile_begin, b = i % kWsKBufs, use = i / kWsKBufs;
-      if (use > 0) cluster::wait(empty_bar(b), (use - 1) & 1);  // every consumer of the row left this buffer
-      ptx::cp_async_wait_group<kStages - 1>();
-      ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
+    // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
+    // expects the peer's half of the tile on its remote-full barrier.
+    auto acquire_buffer = [&](int i, int b) {
+      const int use = i / kWsKBufs;
+      if (use > 0) cluster::wait(empty_bar(b), (use - 1) & 1);
       if constexpr (kPair)
         if (ptid == 0) cluster::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : 0u);
-      const int32_t* idx = idx_of(tile);
-      auto valid_entry = [&](int e) { return slot_of_index(p, len, tile * kWsTile + e, idx[e]) >= 0; };
-      const uint8_t* raw = raw_of(tile);
-      __nv_bfloat16* kt = k_buf(b);
-      const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
-      const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
-      // Thread = (entry, unit phase): kTokens consecutive threads take this CTA's kTokens entries
-      // of one unit, so a warp's 16-byte stores fill whole core-matrix rows (no bank conflicts),
-      // no warp mixes latent groups and RoPE chunks, and each thread reads its entry's validity
-      // and outer scales once per tile.
-      if (dequant) {
-        constexpr int kPhases = kWsProducers / kTokens, kRounds = (kUnitsPerRow + kPhases - 1) / kPhases;
-        const int tl = ptid % kTokens, t = tok0 + tl, phase = ptid / kTokens;
-        const uint8_t* rec = raw + size_t(tl) * F::kRecordBytes;
-        const bool valid = valid_entry(t);
-        const RecordScales sc = record_scales<F>(rec, p.layer_scale);  // unused for invalid entries
-        // Straight-line rounds (only the last may be partial, uniformly per warp) and a select
-        // instead of a branch for masked entries (their raw bytes are stale but harmless), so
-        // the compiler can overlap the dependent chains of consecutive units.
-#pragma unroll
-        for (int r = 0; r < kRounds; ++r) {
-          const int k = phase + r * kPhases;
-          if (kUnitsPerRow % kPhases != 0 && r == kRounds - 1 && k >= kUnitsPerRow) break;
-          Words16 w = dequant_unit_words<F>(rec, k, sc);
-          if (!valid) w = Words16{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-          const int lo = core_offset<kWsTile>(t, 16 * k), hi = core_offset<kWsTile>(t, 16 * k + 8);
-          store_16_words(Dst16{kt + lo, kt + hi}, w.lo, w.hi);
-          if constexpr (kPair) {
-            cluster::store_async(kt_peer + 2 * lo, w.lo, peer_full);
-            cluster::store_async(kt_peer + 2 * hi, w.hi, peer_full);
-          }
-        }
+    };
+    // 16 dequantized values of entry t at dims [d, d + 16) (two core-matrix rows) into this CTA's
+    // K buffer and, for pairs, the peer's.
+    auto store_values = [&](__nv_bfloat16* kt, uint32_t kt_peer, uint32_t peer_full, int t, int d, uint4 lo, uint4 hi) {
+      const int o_lo = core_offset<kTile>(t, d), o_hi = core_offset<kTile>(t, d + 8);
+      store_16_words(Dst16{kt + o_lo, kt + o_hi}, lo, hi);
+      if constexpr (kPair) {
+        cluster::store_async(kt_peer + 2 * o_lo, lo, peer_full);
+        cluster::store_async(kt_peer + 2 * o_hi, hi, peer_full);
       }
-      if (ptid < kWsTile) sMask[b * kWsTile + ptid] = valid_entry(ptid) ? 0.0f : -INFINITY;
+    };
+    // Tile published: masks written, stores visible to the tensor cores.
+    auto publish_buffer = [&](int b) {
       wgmma::fence_proxy_async_smem();  // the tensor cores read these buffers next
       cluster::arrive_local(full_bar(b));
-      ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
-      issue_group(tile + kStages);
+    };
+    if constexpr (Smem::register_records) {
+      // Eight threads per entry (a warp: 32 entries, one eighth each), records loaded into
+      // registers one step ahead of their dequantization; no producer barrier at all.
+      using Slice = Nvfp4Slice<F>;
+      static_assert(kWsProducers == Slice::kParts * kTokens);
+      const int tl = ptid % kTokens, part = ptid / kTokens, t = tok0 + tl;
+      const int len_here = min(len, tile_end * kWsTile);
+      const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
+      auto pos_of = [&](int i, int e) { return (tile_begin + i * kStepTiles) * kWsTile + e; };
+      // Raw index of entry e of step i (-1 past the split or the row: never read there).
+      auto load_index = [&](int i, int e) {
+        const int pos = pos_of(i, e);
+        return pos < len_here ? __ldg(row_indices + pos) : -1;
+      };
+      auto slot_of = [&](int i, int e, int32_t idx) { return slot_of_index(p, len_here, pos_of(i, e), idx); };
+      auto load_slice = [&](int i, int32_t idx, Slice& x) {
+        const int32_t slot = slot_of(i, t, idx);
+        load_nvfp4_slice<F>(p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes, part,
+                            slot >= 0 && copies, x);
+      };
+      // Entry ptid's mask (threads 0..kTile-1): its index travels a step ahead like the slices'.
+      const bool writes_mask = ptid < kTile;
+      int32_t idx_next = load_index(1, t), mask_idx = writes_mask ? load_index(0, ptid) : -1;
+      Slice cur, next;
+      load_slice(0, load_index(0, t), cur);
+      auto step = [&](int i, Slice& x, Slice& x_next) {
+        const int b = i % kWsKBufs;
+        const int32_t mask_idx_now = mask_idx;
+        if (i + 1 < num_steps) {
+          load_slice(i + 1, idx_next, x_next);
+          idx_next = load_index(i + 2, t);
+          if (writes_mask) mask_idx = load_index(i + 1, ptid);
+        }
+        acquire_buffer(i, b);
+        __nv_bfloat16* kt = k_buf(b);
+        const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
+        const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
+        if (dequant) {
+          const float latent_scale = slice_latent_scale(x, p.layer_scale);
+#pragma unroll
+          for (int j = 0; j < Slice::kGroups; ++j) {
+            const Words16 w = slice_group_words(x, j, latent_scale);
+            store_values(kt, kt_peer, peer_full, t, 16 * (Slice::kGroups * part + j), w.lo, w.hi);
+          }
+          // The eight RoPE values: one core-matrix row; a pair of threads' halves make the 16.
+          const uint4 r = slice_rope_words(x);
+          const int o_r = core_offset<kTile>(t, kLatentDim + Slice::kRopeValues * part);
+          *reinterpret_cast<uint4*>(kt + o_r) = r;
+          if constexpr (kPair) cluster::store_async(kt_peer + 2 * o_r, r, peer_full);
+        }
+        if (writes_mask) sMask[b * kTile + ptid] = slot_of(i, ptid, mask_idx_now) >= 0 ? 0.0f : -INFINITY;
+        publish_buffer(b);
+      };
+      // Two register sets, alternating, so that no slice is copied (a copy would wait for its loads).
+      for (int i = 0; i < num_steps; i += 2) {
+        step(i, cur, next);
+        if (i + 1 < num_steps) step(i + 1, next, cur);
+      }
+    } else {
+      // Records travel kStages tiles ahead of the dequantized one and their top-k indices kStages
+      // further, both by cp.async: the group of tile u holds this CTA's records of u and the
+      // indices of u + kStages (decode_common.cuh: issue_index_copy).
+      auto idx_of = [&](int t) { return sIdx + (t % kIdxRing) * kTile; };
+      auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
+      const bool copies_indices = ptid < kTile;
+      if (copies_indices)
+        for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) issue_index_copy<kTile>(p, row, len, t, idx_of(t), ptid);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait_group<0>();
+      ptx::named_barrier_sync(kBarProducer, kWsProducers);
+      auto issue_group = [&](int u) {
+        if (u < tile_end && copies)
+          issue_record_copies<F, kWsProducers, kTokens>(p, len, u * kTile + tok0, idx_of(u) + tok0, raw_of(u), ptid);
+        const int v = u + kStages;
+        if (copies_indices && v < tile_end) issue_index_copy<kTile>(p, row, len, v, idx_of(v), ptid);
+        ptx::cp_async_commit();
+      };
+      for (int t = tile_begin; t < tile_begin + kStages; ++t) issue_group(t);
+      for (int tile = tile_begin; tile < tile_end; ++tile) {
+        const int i = tile - tile_begin, b = i % kWsKBufs;
+        ptx::cp_async_wait_group<kStages - 1>();
+        acquire_buffer(i, b);
+        ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
+        const int32_t* idx = idx_of(tile);
+        auto valid_entry = [&](int e) { return slot_of_index(p, len, tile * kTile + e, idx[e]) >= 0; };
+        const uint8_t* raw = raw_of(tile);
+        __nv_bfloat16* kt = k_buf(b);
+        const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
+        const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
+        // Thread = (entry, unit phase): kTokens consecutive threads take this CTA's kTokens entries
+        // of one unit, so a warp's 16-byte stores fill whole core-matrix rows (no bank conflicts),
+        // no warp mixes latent groups and RoPE chunks, and each thread reads its entry's validity
+        // and outer scales once per tile.
+        if (dequant) {
+          constexpr int kPhases = kWsProducers / kTokens, kRounds = (kUnitsPerRow + kPhases - 1) / kPhases;
+          const int tl = ptid % kTokens, t = tok0 + tl, phase = ptid / kTokens;
+          const uint8_t* rec = raw + size_t(tl) * F::kRecordBytes;
+          const bool valid = valid_entry(t);
+          const RecordScales sc = record_scales<F>(rec, p.layer_scale);  // unused for invalid entries
+          // Straight-line rounds (only the last may be partial, uniformly per warp) and a select
+          // instead of a branch for masked entries (their raw bytes are stale but harmless), so
+          // the compiler can overlap the dependent chains of consecutive units.
+#pragma unroll
+          for (int r = 0; r < kRounds; ++r) {
+            const int k = phase + r * kPhases;
+            if (kUnitsPerRow % kPhases != 0 && r == kRounds - 1 && k >= kUnitsPerRow) break;
+            Words16 w = dequant_unit_words<F>(rec, k, sc);
+            if (!valid) w = Words16{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+            store_values(kt, kt_peer, peer_full, t, 16 * k, w.lo, w.hi);
+          }
+        }
+        if (ptid < kTile) sMask[b * kTile + ptid] = valid_entry(ptid) ? 0.0f : -INFINITY;
+        publish_buffer(b);
+        ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
+        issue_group(tile + kStages);
+      }
     }
   } else {
   // ---- consumer warpgroups ----
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
-  constexpr int NT = kWsTile / 8;     // score column blocks per tile
+  constexpr int NT = kTile / 8;       // score column blocks per tile
   constexpr int NT_O = kWsVHalf / 8;  // output column blocks per warpgroup
   // Output accumulators of this warpgroup's 256 dims (each branch zeroes its own after
   // setmaxnreg: registers shared across the branches would tie the two wgmma pipelines).
@@ -473,7 +573,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   };
   // Byte strides of the core-matrix tiles: next 8 dims (a dim block), next 8 rows.
-  constexpr uint32_t kQDimBlock = kWsHeads * 16, kKDimBlock = kWsTile * 16, kEight = 128;
+  constexpr uint32_t kQDimBlock = kWsHeads * 16, kKDimBlock = kTile * 16, kEight = 128;
   // Descriptors are built once; each MMA advances them by a compile-time byte offset. V of
   // output half `h` is dims [256h, +256) of a K buffer, read transposed (tokens are the k dim).
   // (Buffer b's descriptors are buffer 0's advanced by b buffers: one add per tile.)
@@ -497,13 +597,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   };
   if (warpgroup == 0) {
     // ---- scores warpgroup: S, softmax, P, output dims [0, 256) ----
-    NVFP4MLA_SETMAXNREG(inc, kWsRegsScores);
+    NVFP4MLA_SETMAXNREG(inc, WsRegs<kTile>::scores);
     zero_o();
     SoftmaxState st;
     const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
     const uint64_t k_desc0 = wgmma::smem_desc(ptx::smem_addr(k_buf(0)), kKDimBlock, kEight), v_desc0 = v_desc(0);
-    for (int tile = tile_begin; tile < tile_end; ++tile) {
-      const int i = tile - tile_begin, b = i % kWsKBufs;
+    for (int i = 0; i < num_steps; ++i) {
+      const int b = i % kWsKBufs;
       wait_k_tile(b, i / kWsKBufs);
       const uint64_t k_desc = wgmma::desc_advance(k_desc0, b * kKBufBytes), vd = wgmma::desc_advance(v_desc0, b * kKBufBytes);
       float acc[NT][4];
@@ -511,13 +611,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       if (!(p.debug_skip & 2))
 #pragma unroll
         for (int kk = 0; kk < kQkDim / 16; ++kk)
-          wgmma::m64n32k16_ss(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
-                              wgmma::desc_advance(k_desc, 2 * kk * kKDimBlock), kk > 0);
+          wgmma::m64nk16_ss<NT>(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
+                                wgmma::desc_advance(k_desc, 2 * kk * kKDimBlock), kk > 0);
       wgmma::commit();
       wgmma::wait<0>();
       // Scaled logits; masked entries (zero K rows) get -inf from the additive mask.
       float s[NT][4];
-      const float* mask = sMask + b * kWsTile;
+      const float* mask = sMask + b * kTile;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const float2 m01 = *reinterpret_cast<const float2*>(mask + j * 8 + 2 * t4);
@@ -574,13 +674,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
   } else {
     // ---- output warpgroup: output dims [256, 512) with P from shared memory ----
-    NVFP4MLA_SETMAXNREG(inc, kWsRegsOutput);
+    NVFP4MLA_SETMAXNREG(inc, WsRegs<kTile>::output);
     zero_o();
     constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
     const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
     const uint64_t v_desc1 = v_desc(1);
-    for (int tile = tile_begin; tile < tile_end; ++tile) {
-      const int i = tile - tile_begin, b = i % kWsKBufs;
+    for (int i = 0; i < num_steps; ++i) {
+      const int b = i % kWsKBufs;
       cluster::wait(p_full_bar, i & 1);
       wait_k_tile(b, i / kWsKBufs);
       const uint64_t vd = wgmma::desc_advance(v_desc1, b * kKBufBytes);
@@ -672,12 +772,12 @@ void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_
   check_launch("sparse decode kernel launch");
 }
 
-template <class F, bool kPair>
+template <class F, bool kPair, int kTile>
 void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
-  using Smem = WsSmem<F, kPair>;
+  using Smem = WsSmem<F, kPair, kTile>;
   static std::once_flag once;
   std::call_once(once, [] {
-    check(cudaFuncSetAttribute(sparse_decode_ws_kernel<F, kPair>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    check(cudaFuncSetAttribute(sparse_decode_ws_kernel<F, kPair, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(Smem::total)),
           "sparse decode: shared memory opt-in");
   });
@@ -693,7 +793,7 @@ void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStre
   attr.val.clusterDim.z = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair>, p), "sparse decode (warp-specialized) kernel launch");
+  check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair, kTile>, p), "sparse decode (warp-specialized) kernel launch");
 }
 
 // The warp-specialized kernel needs sm_90a (setmaxnreg); other GPUs run the portable kernel.
@@ -723,9 +823,16 @@ void dispatch_heads(const DecodePlan& plan, const DecodeParams& p, int rows, cud
     case 32: return launch_decode<2, F>(p, rows, plan.num_head_groups, stream);
     case 64:
       if (current_device_is_sm90()) {
-        static const bool no_pair = std::getenv("NVFP4MLA_DEBUG_NO_PAIR") != nullptr;  // A/B timing aid
-        if (plan.num_head_groups % 2 == 0 && !no_pair) return launch_decode_ws<F, true>(p, rows, plan.num_head_groups, stream);
-        return launch_decode_ws<F, false>(p, rows, plan.num_head_groups, stream);
+        // A/B timing aids: NVFP4MLA_DEBUG_NO_PAIR (one CTA per 64 heads), NVFP4MLA_DEBUG_NARROW (pairs
+        // of NVFP4 records on 32-entry tiles).
+        static const bool no_pair = std::getenv("NVFP4MLA_DEBUG_NO_PAIR") != nullptr;
+        static const bool narrow = std::getenv("NVFP4MLA_DEBUG_NARROW") != nullptr;
+        if (plan.num_head_groups % 2 == 0 && !no_pair) {
+          if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla)
+            if (!narrow) return launch_decode_ws<F, true, kWsWideTile>(p, rows, plan.num_head_groups, stream);
+          return launch_decode_ws<F, true, kWsTile>(p, rows, plan.num_head_groups, stream);
+        }
+        return launch_decode_ws<F, false, kWsTile>(p, rows, plan.num_head_groups, stream);
       }
       return launch_decode<4, F>(p, rows, plan.num_head_groups, stream);
     default: throw Error("sparse decode: head group must be 16, 32 or 64");

@@ -72,6 +72,27 @@ __device__ __forceinline__ void m64n32k16_ss(float (&d)[4][4], uint64_t desc_a, 
 #endif
 }
 
+// D[64x64] (+)= A[64x16] * B[16x64], A and B K-major from shared memory.
+__device__ __forceinline__ void m64n64k16_ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+#ifdef NVFP4MLA_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : NVFP4MLA_ACC4(0), NVFP4MLA_ACC4(1), NVFP4MLA_ACC4(2), NVFP4MLA_ACC4(3), NVFP4MLA_ACC4(4), NVFP4MLA_ACC4(5),
+        NVFP4MLA_ACC4(6), NVFP4MLA_ACC4(7)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+#endif
+}
+// The score product of a KV tile of 8 * NT entries (NT = 4 or 8).
+template <int NT>
+__device__ __forceinline__ void m64nk16_ss(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  static_assert(NT == 4 || NT == 8);
+  if constexpr (NT == 4) m64n32k16_ss(d, desc_a, desc_b, accumulate);
+  else m64n64k16_ss(d, desc_a, desc_b, accumulate);
+}
+
 #define NVFP4MLA_ACC32(b) NVFP4MLA_ACC4(b), NVFP4MLA_ACC4(b + 1), NVFP4MLA_ACC4(b + 2), NVFP4MLA_ACC4(b + 3), \
                           NVFP4MLA_ACC4(b + 4), NVFP4MLA_ACC4(b + 5), NVFP4MLA_ACC4(b + 6), NVFP4MLA_ACC4(b + 7)
 
