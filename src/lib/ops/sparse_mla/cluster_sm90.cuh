@@ -47,6 +47,13 @@ __device__ __forceinline__ void store_async(uint32_t addr, uint4 v, uint32_t rem
                : "memory");
 #endif
 }
+// The same for 4 bytes.
+__device__ __forceinline__ void store_async(uint32_t addr, uint32_t v, uint32_t remote_bar) {
+#ifdef NVFP4MLA_CLUSTER
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr), "r"(v), "r"(remote_bar)
+               : "memory");
+#endif
+}
 
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
 #ifdef NVFP4MLA_CLUSTER

@@ -254,6 +254,10 @@ __device__ __forceinline__ void load_nvfp4_slice(const uint8_t* __restrict__ rec
     x.outer = make_uint2(0, 0);
     return;
   }
+  // The part's offsets are recomputed at every call: hoisted out of the caller's loop they became
+  // per-part 64-bit base pointers, which ptxas spilled, and whose reloads from local memory
+  // missed the L1 the record gathers keep thrashing (ncu: the producers' longest stalls).
+  asm volatile("" : "+r"(part));
   const uint4* nib = reinterpret_cast<const uint4*>(rec + L::kLatentOffset + S::kGroups * (L::kGroupSize / 2) * part);
   x.nib[0] = __ldg(nib);
   x.nib[1] = __ldg(nib + 1);

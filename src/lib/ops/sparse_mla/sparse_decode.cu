@@ -295,20 +295,43 @@ constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256,
 // setmaxnreg budgets (65536 registers for 512 threads): scores warpgroup, output warpgroup, each
 // producer warpgroup. (A third producer warpgroup does not fit: with 640 threads the launch
 // leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
-// Wide tiles: the scores warpgroup holds 64-entry score accumulators and takes 8 registers from
-// each producer warpgroup (ptxas -v: no spills in the 368-byte dynamic kernel at 232 / 168 / 56).
+// The output dims are split between the two consumers: [0, scores_dims) accumulate in the scores
+// warpgroup, the rest in the output warpgroup. Wide tiles give the scores warpgroup (whose chain
+// sets the pace, and which holds 64-entry score accumulators) a quarter of them.
 template <int kTile>
-struct WsRegs {
+struct WsRoles {
   static constexpr bool wide = kTile == kWsWideTile;
-  static constexpr int scores = wide ? 232 : 216, output = 168, producer = wide ? 56 : 64;
+  static constexpr int scores_dims = wide ? 128 : 256, output_dims = kLatentDim - scores_dims;
+  static constexpr int scores = wide ? 176 : 216, output = wide ? 224 : 168, producer = wide ? 56 : 64;
   static_assert(scores + output + 2 * producer == 65536 / 128);
+  static_assert(scores_dims % 128 == 0 && output_dims % 128 == 0, "n128 output MMAs");
 };
-constexpr int kWsVHalf = kLatentDim / 2;   // output dims per consumer warpgroup
 constexpr int kBarProducer = 1, kBarConsumers = 2;
 static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
 static_assert(kWsWideTile == kDecodeWideTileTiles * kWsTile, "the planner rounds splits to whole wide tiles");
-static_assert(kWsVHalf == 256, "wgmma shapes: two n128 per output half");
 
+// O[:, 128c, 128c + 128) += P V_c for each 128-dim chunk c of a consumer's accumulators (16 blocks
+// per chunk); `vd` is chunk 0's descriptor, chunks lie `chunk_bytes` apart. P from registers (rs)
+// or shared memory (ss).
+template <int kBlocks>
+__device__ __forceinline__ void pv_chunks_rs(float (&o)[kBlocks][4], const uint32_t (&a)[4], uint64_t vd, uint32_t chunk_bytes) {
+  static_assert(kBlocks % 16 == 0 && kBlocks <= 48);
+  wgmma::m64n128k16_rs_tb<0>(o, a, vd);
+  if constexpr (kBlocks >= 32) wgmma::m64n128k16_rs_tb<16>(o, a, wgmma::desc_advance(vd, chunk_bytes));
+  if constexpr (kBlocks >= 48) wgmma::m64n128k16_rs_tb<32>(o, a, wgmma::desc_advance(vd, 2 * chunk_bytes));
+}
+template <int kBlocks>
+__device__ __forceinline__ void pv_chunks_ss(float (&o)[kBlocks][4], uint64_t pd, uint64_t vd, uint32_t chunk_bytes) {
+  static_assert(kBlocks % 16 == 0 && kBlocks <= 48);
+  wgmma::m64n128k16_ss_tb<0>(o, pd, vd);
+  if constexpr (kBlocks >= 32) wgmma::m64n128k16_ss_tb<16>(o, pd, wgmma::desc_advance(vd, chunk_bytes));
+  if constexpr (kBlocks >= 48) wgmma::m64n128k16_ss_tb<32>(o, pd, wgmma::desc_advance(vd, 2 * chunk_bytes));
+}
+template <int kBlocks>
+__device__ __forceinline__ void zero_blocks(float (&o)[kBlocks][4]) {
+#pragma unroll
+  for (int n = 0; n < kBlocks; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+}
 // Element offset of (row r, dim d) in a core-matrix tile of `rows` rows: dim blocks of 8 are
 // outermost, then rows, 8 dims (16 bytes) per row.
 template <int kRows>
@@ -326,8 +349,10 @@ struct WsSmem {
   static_assert(kTile == kWsTile || (register_records && kPair && F::spec.dtype == CacheDtype::nvfp4_ds_mla),
                 "64-entry tiles: pairs of NVFP4 records only (eight producer threads per entry)");
   static constexpr int tokens_per_cta = kPair ? kTile / 2 : kTile;  // records this CTA gathers per tile
-  // Bytes the peer delivers into this CTA's K buffer per tile (pairs).
-  static constexpr uint32_t peer_bytes = kPair ? uint32_t(kTile / 2) * kQkDim * 2 : 0;
+  // Bytes the peer delivers per tile (pairs): its half of the K buffer and, with register
+  // records, its entries' masks.
+  static constexpr uint32_t peer_mask_bytes = kPair && register_records ? uint32_t(kTile / 2) * sizeof(float) : 0;
+  static constexpr uint32_t peer_bytes = kPair ? uint32_t(kTile / 2) * kQkDim * 2 + peer_mask_bytes : 0;
   static constexpr size_t k_buf_bytes = size_t(kTile) * kQkDim * 2;
   static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
   static constexpr int num_bars = 3 * k_bufs + 2;  // full, remote full, empty per K buffer; P full, P empty
@@ -417,7 +442,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
-    NVFP4MLA_SETMAXNREG(dec, WsRegs<kTile>::producer);
+    NVFP4MLA_SETMAXNREG(dec, WsRoles<kTile>::producer);
     const bool copies = !(p.debug_skip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
@@ -426,7 +451,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       const int use = i / kWsKBufs;
       if (use > 0) cluster::wait(empty_bar(b), (use - 1) & 1);
       if constexpr (kPair)
-        if (ptid == 0) cluster::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : 0u);
+        if (ptid == 0) cluster::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : Smem::peer_mask_bytes);
     };
     // 16 dequantized values of entry t at dims [d, d + 16) (two core-matrix rows) into this CTA's
     // K buffer and, for pairs, the peer's.
@@ -444,37 +469,38 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       cluster::arrive_local(full_bar(b));
     };
     if constexpr (Smem::register_records) {
-      // Eight threads per entry (a warp: 32 entries, one eighth each), records loaded into
-      // registers one step ahead of their dequantization; no producer barrier at all.
+      // Eight threads per entry, records loaded into registers one step ahead of their
+      // dequantization; no producer barrier at all. A warp takes 8 entries x 4 consecutive
+      // eighths: each load instruction reads whole sectors of 8 records (not one field of 32), and
+      // each 16-byte store fills four whole core-matrix rows (no bank conflicts).
       using Slice = Nvfp4Slice<F>;
-      static_assert(kWsProducers == Slice::kParts * kTokens);
-      const int tl = ptid % kTokens, part = ptid / kTokens, t = tok0 + tl;
+      static_assert(kWsProducers == Slice::kParts * kTokens && kTokens == 32 && Slice::kParts == 8);
+      const int pw = ptid / 32, tl = 8 * (pw % 4) + lane % 8, part = 4 * (pw / 4) + lane / 8, t = tok0 + tl;
       const int len_here = min(len, tile_end * kWsTile);
       const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
-      auto pos_of = [&](int i, int e) { return (tile_begin + i * kStepTiles) * kWsTile + e; };
-      // Raw index of entry e of step i (-1 past the split or the row: never read there).
-      auto load_index = [&](int i, int e) {
-        const int pos = pos_of(i, e);
+      // Raw index of this thread's entry in step i (-1 past the split or the row: never read there).
+      auto load_index = [&](int i) {
+        const int pos = (tile_begin + i * kStepTiles) * kWsTile + t;
         return pos < len_here ? __ldg(row_indices + pos) : -1;
       };
-      auto slot_of = [&](int i, int e, int32_t idx) { return slot_of_index(p, len_here, pos_of(i, e), idx); };
+      // Loads step i's slice; returns whether the entry is valid.
       auto load_slice = [&](int i, int32_t idx, Slice& x) {
-        const int32_t slot = slot_of(i, t, idx);
+        const int32_t slot = slot_of_index(p, len_here, (tile_begin + i * kStepTiles) * kWsTile + t, idx);
         load_nvfp4_slice<F>(p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes, part,
                             slot >= 0 && copies, x);
+        return slot >= 0;
       };
-      // Entry ptid's mask (threads 0..kTile-1): its index travels a step ahead like the slices'.
-      const bool writes_mask = ptid < kTile;
-      int32_t idx_next = load_index(1, t), mask_idx = writes_mask ? load_index(0, ptid) : -1;
+      // The entry's mask goes from the part-0 thread into both CTAs' mask arrays.
+      const bool writes_mask = part == 0;
+      int32_t idx_next = load_index(1);
       Slice cur, next;
-      load_slice(0, load_index(0, t), cur);
+      bool valid_next = load_slice(0, load_index(0), cur);
       auto step = [&](int i, Slice& x, Slice& x_next) {
         const int b = i % kWsKBufs;
-        const int32_t mask_idx_now = mask_idx;
+        const bool valid = valid_next;
         if (i + 1 < num_steps) {
-          load_slice(i + 1, idx_next, x_next);
-          idx_next = load_index(i + 2, t);
-          if (writes_mask) mask_idx = load_index(i + 1, ptid);
+          valid_next = load_slice(i + 1, idx_next, x_next);
+          idx_next = load_index(i + 2);
         }
         acquire_buffer(i, b);
         __nv_bfloat16* kt = k_buf(b);
@@ -493,7 +519,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           *reinterpret_cast<uint4*>(kt + o_r) = r;
           if constexpr (kPair) cluster::store_async(kt_peer + 2 * o_r, r, peer_full);
         }
-        if (writes_mask) sMask[b * kTile + ptid] = slot_of(i, ptid, mask_idx_now) >= 0 ? 0.0f : -INFINITY;
+        if (writes_mask) {
+          const float m = valid ? 0.0f : -INFINITY;
+          float* mask = sMask + b * kTile + t;
+          *mask = m;
+          if constexpr (kPair) cluster::store_async(cluster::map_to_rank(ptx::smem_addr(mask), peer), __float_as_uint(m), peer_full);
+        }
         publish_buffer(b);
       };
       // Two register sets, alternating, so that no slice is copied (a copy would wait for its loads).
@@ -564,22 +595,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // ---- consumer warpgroups ----
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
   constexpr int NT = kTile / 8;       // score column blocks per tile
-  constexpr int NT_O = kWsVHalf / 8;  // output column blocks per warpgroup
-  // Output accumulators of this warpgroup's 256 dims (each branch zeroes its own after
-  // setmaxnreg: registers shared across the branches would tie the two wgmma pipelines).
-  float o[NT_O][4];
-  auto zero_o = [&] {
-#pragma unroll
-    for (int n = 0; n < NT_O; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  };
+  using Roles = WsRoles<kTile>;
+  // Output accumulators: each branch declares and zeroes its own after setmaxnreg (registers
+  // shared across the branches would tie the two wgmma pipelines).
   // Byte strides of the core-matrix tiles: next 8 dims (a dim block), next 8 rows.
   constexpr uint32_t kQDimBlock = kWsHeads * 16, kKDimBlock = kTile * 16, kEight = 128;
-  // Descriptors are built once; each MMA advances them by a compile-time byte offset. V of
-  // output half `h` is dims [256h, +256) of a K buffer, read transposed (tokens are the k dim).
-  // (Buffer b's descriptors are buffer 0's advanced by b buffers: one add per tile.)
-  constexpr uint32_t kKBufBytes = Smem::k_buf_bytes;
-  auto v_desc = [&](int h) {
-    return wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (h * kWsVHalf / 8) * kKDimBlock, kEight, kKDimBlock);
+  // Descriptors are built once; each MMA advances them by a compile-time byte offset. V from
+  // dim d0 on is a K buffer read transposed (tokens are the k dim); 128-dim chunks lie
+  // kVChunk apart. (Buffer b's descriptors are buffer 0's advanced by b buffers: one add per tile.)
+  constexpr uint32_t kKBufBytes = Smem::k_buf_bytes, kVChunk = 16 * kKDimBlock;
+  auto v_desc = [&](int d0) {
+    return wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (d0 / 8) * kKDimBlock, kEight, kKDimBlock);
   };
   // The full/remote-full waits of a K buffer's use (the second consumer repeats them: already
   // complete then, they cost a poll and give it the acquire of the producers' writes).
@@ -596,9 +622,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
   };
   if (warpgroup == 0) {
-    // ---- scores warpgroup: S, softmax, P, output dims [0, 256) ----
-    NVFP4MLA_SETMAXNREG(inc, WsRegs<kTile>::scores);
-    zero_o();
+    // ---- scores warpgroup: S, softmax, P, output dims [0, scores_dims) ----
+    NVFP4MLA_SETMAXNREG(inc, WsRoles<kTile>::scores);
+    float o[Roles::scores_dims / 8][4];
+    zero_blocks(o);
     SoftmaxState st;
     const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
     const uint64_t k_desc0 = wgmma::smem_desc(ptx::smem_addr(k_buf(0)), kKDimBlock, kEight), v_desc0 = v_desc(0);
@@ -656,11 +683,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       wgmma::fence();
       if (!(p.debug_skip & 4))
 #pragma unroll
-        for (int kk = 0; kk < NT / 2; ++kk) {
-          // Tokens 16kk..16kk+15 are two 8-row core-matrix groups, 16 bytes per token row.
-          wgmma::m64n128k16_rs_tb<0>(o, a[kk], wgmma::desc_advance(vd, kk * 16 * 16));
-          wgmma::m64n128k16_rs_tb<16>(o, a[kk], wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
-        }
+        for (int kk = 0; kk < NT / 2; ++kk)  // tokens 16kk..16kk+15: two 8-row core-matrix groups, 16 bytes a row
+          pv_chunks_rs(o, a[kk], wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
       wgmma::commit();
       wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
       release_k_tile(b);
@@ -673,12 +697,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     ptx::named_barrier_sync(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
     store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
   } else {
-    // ---- output warpgroup: output dims [256, 512) with P from shared memory ----
-    NVFP4MLA_SETMAXNREG(inc, WsRegs<kTile>::output);
-    zero_o();
+    // ---- output warpgroup: output dims [scores_dims, 512) with P from shared memory ----
+    NVFP4MLA_SETMAXNREG(inc, WsRoles<kTile>::output);
+    float o[Roles::output_dims / 8][4];
+    zero_blocks(o);
     constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
     const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
-    const uint64_t v_desc1 = v_desc(1);
+    const uint64_t v_desc1 = v_desc(Roles::scores_dims);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
       cluster::wait(p_full_bar, i & 1);
@@ -690,11 +715,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       wgmma::fence();
       if (!(p.debug_skip & 4))
 #pragma unroll
-        for (int kk = 0; kk < NT / 2; ++kk) {
-          const uint64_t pd = wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock);
-          wgmma::m64n128k16_ss_tb<0>(o, pd, wgmma::desc_advance(vd, kk * 16 * 16));
-          wgmma::m64n128k16_ss_tb<16>(o, pd, wgmma::desc_advance(vd, kk * 16 * 16 + 16 * kKDimBlock));
-        }
+        for (int kk = 0; kk < NT / 2; ++kk)
+          pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
       wgmma::commit();
       wgmma::wait<0>();
       cluster::arrive_local(p_empty_bar);  // its reads of sAlpha are done too
@@ -705,7 +727,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     tot.inv[0] = sInv[hb * 16 + g];
     tot.inv[1] = sInv[hb * 16 + g + 8];
     tot.lse2[0] = tot.lse2[1] = 0.0f;  // the scores warpgroup writes the LSE
-    store_outputs(p, tot, o, row, head0, heads_here, hb, kWsVHalf, false, split, lane);
+    store_outputs(p, tot, o, row, head0, heads_here, hb, Roles::scores_dims, false, split, lane);
   }
   }
   // A pair's CTAs write into each other's shared memory until the end: neither exits first.
