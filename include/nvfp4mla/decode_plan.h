@@ -10,8 +10,9 @@ namespace nvfp4mla {
 
 // The CTA shape for a head group (query heads per CTA = the MMA's M). Small head groups use
 // few warps so that several CTAs share an SM and overlap their phases; the 64-head tile needs
-// the whole SM (on sm_90 it runs as a warp-specialized kernel with the same 32-entry tiles:
-// see sparse_decode.cu).
+// the whole SM (on sm_90 it runs as a warp-specialized kernel with the same 32-entry tiles, or
+// for pairs of NVFP4 head groups with 64-entry tiles of two planner tiles: see sparse_decode.cu
+// and decode_uses_wide_tiles below).
 struct DecodeTileConfig {
   int head_group;   // 16, 32 or 64
   int warps;        // warps per CTA

@@ -49,6 +49,30 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 8, 0, 132), Error);
 }
 
+// NVFP4 records with paired 64-head groups run 64-entry K buffers on sm_90: splits hold whole
+// pairs of planner tiles (only a single split of an odd tile count ends on half of one).
+TEST(DecodePlan, WideTilesKeepSplitsWhole) {
+  EXPECT_TRUE(decode_uses_wide_tiles(kSpecNvfp4Fp8Rope, 64, 2));
+  EXPECT_TRUE(decode_uses_wide_tiles(kSpecNvfp4Bf16Rope, 64, 4));
+  EXPECT_FALSE(decode_uses_wide_tiles(kSpecNvfp4Fp8Rope, 64, 1));  // 64 heads: no pair
+  EXPECT_FALSE(decode_uses_wide_tiles(kSpecFp8, 64, 2));
+  EXPECT_FALSE(decode_uses_wide_tiles(kSpecNvfp4Fp8Rope, 16, 8));
+  for (int heads : {128, 256})
+    for (int rows : {1, 4, 32, 256})
+      for (int topk : {64, 100, 2048, 2080, 16384})
+        for (int forced : {0, 3, 5, 7}) {
+          const auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, 132, forced);
+          SCOPED_TRACE(testing::Message() << rows << "x" << heads << "x" << topk << " splits " << forced);
+          EXPECT_TRUE(p.tiles_per_split % kDecodeWideTileTiles == 0 || (p.splits == 1 && p.tiles_per_split == p.num_tiles));
+          EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
+          EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);
+        }
+  // 64 tiles in 5 splits: 13 tiles each for fp8 records, 14 (seven wide tiles) for NVFP4.
+  EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, 132, 5).tiles_per_split, 13);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, 132, 5).tiles_per_split, 14);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 64, 2048, 132, 5).tiles_per_split, 13);
+}
+
 TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
   for (int hg : {16, 32, 64})
     for (const auto& spec : {kSpecBf16, kSpecFp8, kSpecNvfp4Bf16Rope, kSpecNvfp4Fp8Rope}) {

@@ -263,13 +263,14 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 
 // ---- warp-specialized decode for 64-head tiles (sm_90a, wgmma) -----------------------------
 //
-// Four warpgroups per CTA of 64 query heads, KV tiles of 32 entries:
-//  - two producer warpgroups gather raw records (cp.async, kStages tiles ahead) and dequantize
-//    each tile into one of two K buffers;
+// Four warpgroups per CTA of 64 query heads, KV tiles of 32 or 64 entries (kTile below):
+//  - two producer warpgroups gather raw records and dequantize each tile into one of two K
+//    buffers;
 //  - the scores warpgroup (consumer 0) computes S = Q K^T over all 576 dims, runs the online
 //    softmax once, hands the BF16 weights P and each head's rescale factor to the other
-//    consumer through shared memory, and accumulates O[:, 0:256) += P V with P from registers;
-//  - the output warpgroup (consumer 1) accumulates O[:, 256:512) += P V with P from shared
+//    consumer through shared memory, and accumulates O[:, 0:D) += P V with P from registers
+//    (D = WsRoles::scores_dims: 256 with 32-entry tiles, 128 with 64-entry tiles);
+//  - the output warpgroup (consumer 1) accumulates O[:, D:512) += P V with P from shared
 //    memory, a tile behind, so its MMAs overlap the next tile's score MMAs and softmax.
 // (The layout before split the score dims between two symmetric consumers: each tile then
 // needed a two-way exchange of partial scores and a duplicated softmax, and neither consumer
@@ -284,17 +285,19 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 // acquire invalidations costing a large share of the stalls); setmaxnreg moves registers to the
 // consumers.
 //
-// kTile: 32-entry K buffers, raw records staged in shared memory by cp.async; or, for pairs of
-// NVFP4 records, 64-entry K buffers (the softmax, barrier and hand-off chain of the scores
-// warpgroup runs once per 64 entries, and the score MMAs are m64n64k16, whose shared-memory
-// reads balance the tensor rate where n32 reads 1.5x what the shared memory delivers). Q and two
-// 64-entry K buffers fill the shared memory, so those producers load their records straight
-// into registers, one step ahead (FlashMLA's FP8 kernel does the same).
+// kTile: 32-entry K buffers, raw records staged in shared memory by cp.async kStages tiles
+// ahead; or, for pairs of NVFP4 records, 64-entry K buffers (the softmax, barrier and hand-off
+// chain of the scores warpgroup runs once per 64 entries, and the score MMAs are m64n64k16,
+// whose shared-memory reads balance the tensor rate where n32 reads 1.5x what the shared memory
+// delivers). Q and two 64-entry K buffers fill the shared memory, so those producers load their
+// records straight into registers, one step ahead (FlashMLA's FP8 kernel does the same).
 constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256, kWsProducers = 256,
               kWsThreads = kWsConsumers + kWsProducers;
 // setmaxnreg budgets (65536 registers for 512 threads): scores warpgroup, output warpgroup, each
 // producer warpgroup. (A third producer warpgroup does not fit: with 640 threads the launch
 // leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
+// Wide tiles: 176 / 224 / 56 is the split with neither spills nor a stack frame (ptxas -v) in
+// every NVFP4 instantiation; the 56-register producers hold one record slice in flight.
 // The output dims are split between the two consumers: [0, scores_dims) accumulate in the scores
 // warpgroup, the rest in the output warpgroup. Wide tiles give the scores warpgroup (whose chain
 // sets the pace, and which holds 64-entry score accumulators) a quarter of them.
