@@ -80,7 +80,11 @@ int64_t compare(const AttentionProblem& p, const GpuResult& g, LseBase base = Ls
   sparse_mla_reference(p.spec, a, ref_out.data(), ref_lse.data(), {.bf16_operands = cuda::decode_rounds_k_to_bf16(p.spec, plan)});
   std::vector<float> got(g.out.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = codec::bf16_decode(g.out[i]);
-  return nvfp4mla::testing::compare_attention(got, ref_out, g.lse, ref_lse, row_value_scale(p), p.heads);
+  // Kernels with BF16 weights (all but the 16-head NVFP4 kernel, whose weights carry a BF16
+  // remainder): each (row, head) within 10x FlashMLA's cosine limit, the whole output within it.
+  const double row_cos_limit = cuda::decode_weights_are_bf16(p.spec, plan) ? 5e-5 : 5e-6;
+  return nvfp4mla::testing::compare_attention(got, ref_out, g.lse, ref_lse, row_value_scale(p), p.heads, 5e-6, nullptr,
+                                              row_cos_limit);
 }
 
 }  // namespace

@@ -21,6 +21,9 @@ int current_sm_count();
 // 16-head NVFP4 kernel does not: it feeds the exact e2m1 * d products and applies the outer
 // scales in fp32.
 bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan);
+// Whether its softmax weights enter the output product as single BF16 values (relative error up
+// to 2^-9 each, as in FlashMLA); the 16-head NVFP4 kernel adds a BF16 remainder (~16 bits).
+bool decode_weights_are_bf16(const RecordSpec& spec, const DecodePlan& plan);
 
 // out: BF16 [rows, heads, 512]; lse: fp32 [rows, heads]; workspace of at least
 // decode_workspace_layout(plan, rows, heads).total_bytes, 256-byte aligned.

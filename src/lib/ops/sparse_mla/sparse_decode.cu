@@ -557,8 +557,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       for (int t = tile_begin; t < tile_begin + kStages; ++t) issue_group(t);
       for (int tile = tile_begin; tile < tile_end; ++tile) {
         const int i = tile - tile_begin, b = i % kWsKBufs;
-        ptx::cp_async_wait_group<kStages - 1>();
         acquire_buffer(i, b);
+        ptx::cp_async_wait_group<kStages - 1>();
         ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
         const int32_t* idx = idx_of(tile);
         auto valid_entry = [&](int e) { return slot_of_index(p, len, tile * kTile + e, idx[e]) >= 0; };
@@ -873,9 +873,12 @@ int current_sm_count() {
   return sms;
 }
 
-bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan) {
-  return !(decode_uses_h16_kernel(spec, plan.head_group) && h16_kernel_enabled());
+// The 16-head NVFP4 kernel is the one with exact K products and weights with a remainder.
+static bool runs_h16_kernel(const RecordSpec& spec, const DecodePlan& plan) {
+  return decode_uses_h16_kernel(spec, plan.head_group) && h16_kernel_enabled();
 }
+bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan) { return !runs_h16_kernel(spec, plan); }
+bool decode_weights_are_bf16(const RecordSpec& spec, const DecodePlan& plan) { return !runs_h16_kernel(spec, plan); }
 
 void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,
                    size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream) {
