@@ -227,7 +227,6 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
   dequant_unit<F>(rec, u, layer_scale, contiguous(dst));
 }
 
-
 // The eighth of an NVFP4 record that one of eight threads per entry dequantizes in the 64-entry
 // warp-specialized kernel, loaded from global memory straight into registers: latent groups
 // [4 part, 4 part + 4), RoPE values [8 part, 8 part + 8) and the record's two outer-scale
@@ -240,8 +239,8 @@ struct Nvfp4Slice {
   static_assert(kGroups == 4 && kRopeValues == 8, "two 16-byte nibble loads, four scale bytes, eight RoPE values");
   uint4 nib[2];
   uint32_t group_scales;
-  uint2 outer;                                          // RoPE scale, token scale (fp32 bits)
-  uint4 rope;                                           // fp8: .x .y hold 8 E4M3 bytes; bf16: 8 values
+  uint2 outer;  // RoPE scale, token scale (fp32 bits)
+  uint4 rope;   // fp8: .x .y hold 8 E4M3 bytes; bf16: 8 values
 };
 template <class F>
 __device__ __forceinline__ void load_nvfp4_slice(const uint8_t* __restrict__ rec, int part, bool valid, Nvfp4Slice<F>& x) {
