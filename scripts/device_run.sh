@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
 # Usage (from the repo root, with the binaries in .devbin/):
-#   scripts/device_run.sh [tests|bench|bench-all|extend|eval|variants|ncu|stalls|locked|sanitize]...
+#   scripts/device_run.sh [tests|bench|bench-all|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
 # The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
 # is then unavailable there), or the CLI will not load.
 set -uo pipefail
@@ -62,6 +62,14 @@ for step in "$@"; do
             awk -v b="$bin" -v s="$shape" '/gpu__time_duration.sum|sm__inst_executed.sum|issue_active/ {print b, s, $1, $NF}'
         done
       done | tee "$OUT/locked.txt" ;;
+    srcprof)
+      # Source-level profile (SASS, stall reasons per instruction) of the decode kernel for one shape
+      # ($SHAPE, RxH, default 256x128), summarized by role (setmaxnreg regions) by ncu_regions.py.
+      set -- ${SHAPE:-256x128}; set -- ${1/x/ }
+      ncu --clock-control none --kernel-name regex:"${KERNEL:-sparse_decode}" --launch-skip 3 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+        "$BIN/nvfp4mla" bench decode --rows $1 --heads $2 --topk 2048 --iters 1 --warmup 3 >"$OUT/srcprof_$1_$2.csv" 2>&1
+      python3 scripts/ncu_regions.py "$OUT/srcprof_$1_$2.csv" 16 ${OUTPUT_WG_REGS:-0xe0} | tee "$OUT/srcprof_$1_$2.txt" ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/nvfp4mla_gpu_tests" \
