@@ -149,13 +149,21 @@ __device__ __forceinline__ Words16 load_words16(const uint8_t* src) {
 struct RecordScales {
   float latent = 1.0f, rope = 1.0f;
 };
+// The latent's outer scale by scale mode: the record's token scale (dynamic), the layer's
+// (static), else 1. Read only in dynamic mode, `token_scale` may be anything otherwise.
+template <class F>
+__device__ __forceinline__ float latent_outer_scale(float token_scale, float layer_scale) {
+  if constexpr (F::spec.scale_mode == ScaleMode::dynamic) return token_scale;
+  else if constexpr (F::spec.scale_mode == ScaleMode::static_calibrated) return layer_scale;
+  else return 1.0f;
+}
 template <class F>
 __device__ __forceinline__ RecordScales record_scales(const uint8_t* rec, float layer_scale) {
   RecordScales sc;
   if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla) {
     namespace L = layout::nvfp4;
-    if constexpr (F::spec.scale_mode == ScaleMode::dynamic) sc.latent = load_f32_aligned(rec + L::kTokenScaleOffset);
-    if constexpr (F::spec.scale_mode == ScaleMode::static_calibrated) sc.latent = layer_scale;
+    constexpr bool kDynamic = F::spec.scale_mode == ScaleMode::dynamic;
+    sc.latent = latent_outer_scale<F>(kDynamic ? load_f32_aligned(rec + L::kTokenScaleOffset) : 0.0f, layer_scale);
     if constexpr (F::spec.rope == RopeEncoding::fp8) sc.rope = load_f32_aligned(rec + L::kRopeScaleOffset);
   }
   return sc;
@@ -273,9 +281,7 @@ __device__ __forceinline__ void load_nvfp4_slice(const uint8_t* __restrict__ rec
 // values as one word.
 template <class F>
 __device__ __forceinline__ float slice_latent_scale(const Nvfp4Slice<F>& x, float layer_scale) {
-  if constexpr (F::spec.scale_mode == ScaleMode::dynamic) return __uint_as_float(x.outer.y);
-  else if constexpr (F::spec.scale_mode == ScaleMode::static_calibrated) return layer_scale;
-  else return 1.0f;
+  return latent_outer_scale<F>(__uint_as_float(x.outer.y), layer_scale);
 }
 template <class F>
 __device__ __forceinline__ Words16 slice_group_words(const Nvfp4Slice<F>& x, int j, float latent_scale) {

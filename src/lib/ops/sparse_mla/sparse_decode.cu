@@ -481,14 +481,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       const int pw = ptid / 32, tl = 8 * (pw % 4) + lane % 8, part = 4 * (pw / 4) + lane / 8, t = tok0 + tl;
       const int len_here = min(len, tile_end * kWsTile);
       const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
+      auto pos_of = [&](int i) { return (tile_begin + i * kStepTiles) * kWsTile + t; };  // this entry in step i
       // Raw index of this thread's entry in step i (-1 past the split or the row: never read there).
       auto load_index = [&](int i) {
-        const int pos = (tile_begin + i * kStepTiles) * kWsTile + t;
+        const int pos = pos_of(i);
         return pos < len_here ? __ldg(row_indices + pos) : -1;
       };
       // Loads step i's slice; returns whether the entry is valid.
       auto load_slice = [&](int i, int32_t idx, Slice& x) {
-        const int32_t slot = slot_of_index(p, len_here, (tile_begin + i * kStepTiles) * kWsTile + t, idx);
+        const int32_t slot = slot_of_index(p, len_here, pos_of(i), idx);
         load_nvfp4_slice<F>(p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes, part,
                             slot >= 0 && copies, x);
         return slot >= 0;
