@@ -46,14 +46,16 @@ constexpr int decode_stages(const DecodeTileConfig& c, int record_bytes, bool ra
   return 1;
 }
 
-// NVFP4 records with 16-head groups run a register-fed kernel instead (sparse_decode_h16.cu):
-// kDecodeH16Warps warps, the same 32-entry tiles, raw records in kDecodeH16Stages sub-tiles of 32
-// entries, and registers for kDecodeH16CtasPerSm CTAs per SM.
-inline constexpr int kDecodeH16Warps = 4;
-inline constexpr int kDecodeH16Stages = 5;
-inline constexpr int kDecodeH16CtasPerSm = 2;
-// Whether a plan for this format and head group runs that kernel (its warps, stages and CTAs per
-// SM are the ones above).
+// NVFP4 records with 16-head groups run kernels of their own (sparse_decode_h16_sm90.cu on
+// sm_90: two warpgroups of wgmma on 64-entry tiles, kDecodeH16TileTiles planner tiles, records
+// loaded into registers one tile ahead, one CTA per SM; sparse_decode_h16.cu elsewhere). The plan
+// describes the sm_90 kernel: kDecodeH16Warps warps, kDecodeH16Stages tiles in flight,
+// kDecodeH16CtasPerSm CTAs per SM, splits of whole 64-entry tiles.
+inline constexpr int kDecodeH16Warps = 8;
+inline constexpr int kDecodeH16Stages = 1;
+inline constexpr int kDecodeH16CtasPerSm = 1;
+inline constexpr int kDecodeH16TileTiles = 2;
+// Whether a plan for this format and head group runs those kernels.
 constexpr bool decode_uses_h16_kernel(const RecordSpec& spec, int head_group) { return spec.is_nvfp4() && head_group == 16; }
 
 // NVFP4 records with 64-head groups in pairs (128 heads and more) run, on sm_90, a kernel whose

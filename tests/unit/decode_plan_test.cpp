@@ -40,7 +40,13 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
   // Rows 256 x 64 heads: two waves of whole rows beat four waves of half rows plus a merge.
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 64, 2048, 132).splits, 1);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 128, 2048, 132).splits, 1);
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132).splits, 2);  // one wave at 2 CTAs per SM
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132).splits, 1);  // one wave at 1 CTA per SM
+  // 16-head NVFP4 splits hold whole 64-entry tiles.
+  for (int rows : {1, 3, 40})
+    for (int topk : {64, 2048, 2080}) {
+      const auto q = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, 16, topk, 132);
+      EXPECT_TRUE(q.splits == 1 || q.tiles_per_split % kDecodeH16TileTiles == 0) << rows << " " << topk;
+    }
   EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, 16, 2048, 132).splits, 3);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, 132, 7).splits, 7);
   const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, 132, 50);
@@ -87,7 +93,7 @@ TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
   const auto p16 = plan_sparse_decode(kSpecBf16, 128, 16, 2048, 132);
   EXPECT_EQ(p16.ctas_per_sm, 3);
   EXPECT_EQ(p16.stages, 1);
-  // NVFP4 records with 16 heads: the register-fed kernel's own budget.
+  // NVFP4 records with 16 heads: the 16-head kernel's own budget.
   const auto h16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132);
   EXPECT_EQ(h16.ctas_per_sm, kDecodeH16CtasPerSm);
   EXPECT_EQ(h16.stages, kDecodeH16Stages);

@@ -223,5 +223,8 @@ __device__ __forceinline__ RowTotals row_totals(const SoftmaxState& st) {
 // five nvfp4_ds_mla Format<...> types.
 template <class F>
 void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
+// Its sm_90a successor (sparse_decode_h16_sm90.cu: wgmma with the entries as M), same formats.
+template <class F>
+void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
 
 }  // namespace nvfp4mla::cuda

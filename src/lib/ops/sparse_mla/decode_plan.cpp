@@ -33,7 +33,9 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   p.num_tiles = (topk + p.tile_tokens - 1) / p.tile_tokens;
   // Never below 64 entries per split (the bound serving planners size scratch with).
   const int max_splits = std::min(p.num_tiles, (topk + 63) / 64);
-  const int split_tiles = decode_uses_wide_tiles(spec, p.head_group, p.num_head_groups) ? kDecodeWideTileTiles : 1;
+  const int split_tiles = decode_uses_wide_tiles(spec, p.head_group, p.num_head_groups) ? kDecodeWideTileTiles
+                          : decode_uses_h16_kernel(spec, p.head_group)                    ? kDecodeH16TileTiles
+                                                                                          : 1;
   auto tiles_per_split = [&](int s) { return ((p.num_tiles + s - 1) / s + split_tiles - 1) / split_tiles * split_tiles; };
   int splits = 1;
   if (forced_splits > 0) {

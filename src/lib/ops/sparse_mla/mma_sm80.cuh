@@ -69,6 +69,28 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// Named barrier that also ORs a predicate over its `count` threads (every thread gets the result).
+__device__ __forceinline__ bool named_barrier_or(int id, int count, bool pred) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
+}
+
+// Four 8x8 BF16 matrices in the mma fragment layout (register i: matrix i; lane 4r + c holds
+// row r, columns 2c, 2c + 1) stored transposed: lane 8i + j gives the address of row j of
+// matrix i's transpose (16 bytes: column j of matrix i). sm_90 and later.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t smem_row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_row), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+#endif
+}
+
 // 2^x in one MUFU instruction (relative error about 2^-22; results below 2^-126 flush to 0,
 // which only drops weights far below BF16 resolution of the largest one). 2^-inf = 0.
 __device__ __forceinline__ float exp2_approx(float x) {

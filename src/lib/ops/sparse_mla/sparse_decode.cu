@@ -832,11 +832,16 @@ bool current_device_is_sm90() {
   return major == 9 && minor == 0 && !force_portable;
 }
 
-// NVFP4 records with 16-head groups run the register-fed kernel (NVFP4MLA_DEBUG_NO_H16: the
-// portable one, an A/B timing aid).
+// NVFP4 records with 16-head groups run a 16-head kernel: on sm_90 the wgmma one, elsewhere the
+// register-fed mma.sync one. A/B timing aids: NVFP4MLA_DEBUG_NO_H16 (the portable kernel),
+// NVFP4MLA_DEBUG_H16_MMA_SYNC (the mma.sync 16-head kernel on sm_90 too).
 bool h16_kernel_enabled() {
   static const bool disabled = std::getenv("NVFP4MLA_DEBUG_NO_H16") != nullptr;
   return !disabled;
+}
+bool h16_runs_wgmma() {
+  static const bool mma_sync = std::getenv("NVFP4MLA_DEBUG_H16_MMA_SYNC") != nullptr;
+  return h16_kernel_enabled() && !mma_sync && current_device_is_sm90();
 }
 
 template <class F>
@@ -844,7 +849,8 @@ void dispatch_heads(const DecodePlan& plan, const DecodeParams& p, int rows, cud
   switch (plan.head_group) {
     case 16:
       if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla)
-        if (h16_kernel_enabled()) return launch_decode_h16<F>(p, rows, plan.num_head_groups, stream);
+        if (h16_runs_wgmma()) return launch_decode_h16_sm90<F>(p, rows, plan.num_head_groups, stream);
+        else if (h16_kernel_enabled()) return launch_decode_h16<F>(p, rows, plan.num_head_groups, stream);
       return launch_decode<1, F>(p, rows, plan.num_head_groups, stream);
     case 32: return launch_decode<2, F>(p, rows, plan.num_head_groups, stream);
     case 64:
@@ -874,12 +880,15 @@ int current_sm_count() {
   return sms;
 }
 
-// The 16-head NVFP4 kernel is the one with exact K products and weights with a remainder.
+// Both 16-head NVFP4 kernels have exact K products; the mma.sync one also carries the weights'
+// BF16 remainder, the wgmma one rounds them once like the other kernels.
 static bool runs_h16_kernel(const RecordSpec& spec, const DecodePlan& plan) {
   return decode_uses_h16_kernel(spec, plan.head_group) && h16_kernel_enabled();
 }
 bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan) { return !runs_h16_kernel(spec, plan); }
-bool decode_weights_are_bf16(const RecordSpec& spec, const DecodePlan& plan) { return !runs_h16_kernel(spec, plan); }
+bool decode_weights_are_bf16(const RecordSpec& spec, const DecodePlan& plan) {
+  return !runs_h16_kernel(spec, plan) || h16_runs_wgmma();
+}
 
 void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,
                    size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream) {

@@ -40,16 +40,16 @@ namespace nvfp4mla::cuda {
 namespace {
 
 constexpr DecodeTileConfig kH16Config = decode_tile_config(16);
-constexpr int kH16Heads = 16, kH16Warps = kDecodeH16Warps, kH16Threads = 32 * kH16Warps;
+constexpr int kH16Heads = 16, kH16Warps = 4, kH16Threads = 32 * kH16Warps;
 // Entries per sub-tile: 32 (two CTAs per SM, five stages). With the softmax split by heads they
 // measured 6-7% faster than 16 (three CTAs per SM, six stages) on the H200 at locked clocks:
 // 128 x 16 heads 116.0-116.6 vs 124.3-124.8 us, 14% fewer instructions (docs/PERF.md).
 constexpr int kH16Sub = 32;
 constexpr int kCols = kH16Sub / 8;  // column blocks of the score MMA per sub-tile
-constexpr int kH16Stages = kDecodeH16Stages;  // raw record sub-tiles in flight
+constexpr int kH16Stages = 5;  // raw record sub-tiles in flight
 // Q's fragments live in shared memory (ldmatrix per k step), which left room for three CTAs per
 // SM at 16-entry sub-tiles; keeping them in registers measured the same (fifth session).
-constexpr int kH16MinCtas = kDecodeH16CtasPerSm;
+constexpr int kH16MinCtas = 2;
 constexpr int kIdxRing = 2 * kH16Stages;  // sub-tiles of top-k indices in shared memory
 constexpr int kLatentPerWarp = kLatentDim / kH16Warps;  // 128
 constexpr int kLatentPerLane = kLatentPerWarp / 4;      // 32 (a lane quad splits the warp's dims)

@@ -56,9 +56,48 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 #endif
 }
 
+// Pins registers that an asynchronous wgmma reads or writes at this point of the program: the
+// compiler may otherwise move plain arithmetic on them across the fences and waits above (which
+// only order memory), computing an A fragment after the wgmma that reads it or reading an
+// accumulator before the wait, and ptxas then serializes every wgmma (C7513/C7514).
+template <int N>
+__device__ __forceinline__ void fence_operand(float (&d)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+f"(d[j][i])::"memory");
+}
+__device__ __forceinline__ void fence_operand(uint32_t (&a)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
 // Accumulators are passed as float[N/8][4]: block j holds rows g, g+8 of the warp's 16 rows at
 // columns 8j + 2*(lane%4) + {0,1}, the same per-warp layout as mma.sync m16n8 accumulators.
 #define NVFP4MLA_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+
+// D[64x16] (+)= A[64x16] * B[16x16]: A from registers (the mma.sync m16n8k16 A layout per warp,
+// rows 16w..16w+15 for warp w of the warpgroup), B K-major from shared memory.
+__device__ __forceinline__ void m64n16k16_rs(float (&d)[2][4], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+#ifdef NVFP4MLA_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+      : NVFP4MLA_ACC4(0), NVFP4MLA_ACC4(1)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+#endif
+}
+// D[64x16] += A[64x16] * B[16x16], A and B K-major from shared memory.
+__device__ __forceinline__ void m64n16k16_ss(float (&d)[2][4], uint64_t desc_a, uint64_t desc_b) {
+#ifdef NVFP4MLA_WGMMA
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, 1, 1, 1, 0, 0;\n"
+      : NVFP4MLA_ACC4(0), NVFP4MLA_ACC4(1)
+      : "l"(desc_a), "l"(desc_b));
+#endif
+}
 
 // D[64x32] (+)= A[64x16] * B[16x32], A and B K-major from shared memory.
 __device__ __forceinline__ void m64n32k16_ss(float (&d)[4][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {

@@ -1,0 +1,489 @@
+// 16-head sparse decode for NVFP4 records on sm_90a: warpgroup MMAs with the entries as M.
+//
+// With 16 heads every K value serves only 16 query rows, so a kernel spends its time on the
+// dequantization and on the fixed costs around the MMAs, not on the MMAs. The portable 16-head
+// kernel (sparse_decode_h16.cu) feeds mma.sync from registers: per warp and 32 entries it ran
+// ~960 instructions, of which the score chains, the exchange of four partial score blocks, the
+// transposition of every K fragment (movmatrix) and 100 HMMA were most of the overhead. Here the
+// MMAs are transposed so that the entries are the M of wgmma:
+//   scores  S^T[64 entries x 16 heads] = K[64 x 576] Q^T   (A = K from registers, B = Q in smem)
+//   output  O^T[512 dims x 16 heads] += V^T[512 x 64] P^T   (A = V^T in smem, B = P^T in smem)
+// so one wgmma sums over all 576 dims (no partial scores), V^T reaches shared memory by
+// stmatrix.trans straight from the K fragments, and the output is 32 asynchronous wgmma per
+// 64 entries.
+//
+// One CTA = one query row x 16 heads x one split, two warpgroups that take the split's 64-entry
+// tiles in turns (tile 2i + wg) with their own softmax state and O^T; they merge at the end.
+// In a warpgroup, warp w owns entries 16w..16w+15 of a tile (rows g and g + 8 of the A layout)
+// and lane quad position t4 a 32-dim block of each 128-dim latent slab, 16 RoPE dims, and the
+// two group scales of each block. Each thread loads its share of its two records straight from
+// global memory into registers one tile ahead (no shared-memory staging, no copy pipeline), and
+// reloads each part as soon as it has been dequantized.
+//
+// Values: the latent enters the MMAs as e2m1 * d * 2^-8 (exact in BF16, codec.h); the outer
+// scale (token or layer) times 2^8 multiplies each entry's latent score and its weights, the FP8
+// RoPE scale its RoPE score. K is exact; the weights P are rounded to BF16 once (as in the 64-head
+// kernels: decode_weights_are_bf16) and normalized by the fp32 sum.
+// Dim order: in k16 step s of the latent (slab s / 8, step s % 8 of the slab) the logical k index
+// 8c + 2 t4 + h is dim 128 (s / 8) + 32 t4 + perm_dim(s % 8, c, h) (the pairs (e, e + 4) that
+// codec::e2m1x8_to_bf16_pairs makes); RoPE step r's index is dim 512 + 16 t4 + 4 r + 2 c + h.
+// Q is staged in that order, and O^T's rows are the latent's logical order (row 16 s + k).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "device/cuda_check.h"
+#include "ops/sparse_mla/decode_common.cuh"
+#include "ops/sparse_mla/kv_tile.cuh"
+#include "ops/sparse_mla/mma_sm80.cuh"
+#include "ops/sparse_mla/wgmma_sm90.cuh"
+
+namespace nvfp4mla::cuda {
+namespace {
+
+constexpr int kHeads = 16;
+constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups;
+constexpr int kTile = 64;                          // entries per tile: the M of the score wgmma
+constexpr int kLatentSteps = kLatentDim / 16;      // 32 k16 steps
+constexpr int kRopeSteps = kRopeDim / 16;          // 4
+constexpr int kQSteps = kLatentSteps + kRopeSteps; // 36
+constexpr int kChunks = kLatentSteps / 4;          // latent chunks of 4 k steps = one output M tile each
+constexpr int kSlabs = kLatentDim / 128;           // 4: a lane quad splits each 128-dim slab
+constexpr int kCore = 128;                         // bytes of an 8x8 BF16 core matrix
+constexpr int kPlannerTile = decode_tile_config(16).tile_tokens;
+static_assert(kTile % kPlannerTile == 0 && kTile / kPlannerTile == kDecodeH16TileTiles);
+
+// Shared memory (no-swizzle canonical layouts, wgmma_sm90.cuh):
+//   V^T per warpgroup: core (mc = M row / 8, kc = entry / 8) at (8 mc + kc) * 128: LBO 128, SBO 1024;
+//   Q: k step s, core (nc = head / 8, kc) at 512 s + (2 nc + kc) * 128: LBO 128, SBO 256;
+//   P^T per warpgroup: core (nc, kc = entry / 8) at (8 nc + kc) * 128: LBO 128, SBO 1024.
+struct H16WgSmem {
+  static constexpr size_t vt_bytes = size_t(kLatentDim) * kTile * 2;
+  static constexpr size_t q_off = kWarpgroups * vt_bytes;
+  static constexpr size_t p_off = q_off + size_t(kQSteps) * 4 * kCore;
+  static constexpr size_t p_bytes = size_t(kHeads) * kTile * 2;
+  static constexpr size_t red_off = p_off + kWarpgroups * p_bytes;  // per warpgroup, warp, head: a float
+  static constexpr size_t head_off = red_off + size_t(kWarpgroups) * 4 * kHeads * 4;  // merge: m, l; LSE
+  static constexpr size_t total = head_off + size_t(3) * kHeads * 4;
+  static_assert(vt_bytes >= size_t(kHeads) * kLatentDim * 4, "the final output is staged in a V^T buffer");
+  static_assert(total + kDecodeSmemReservedPerCta <= kDecodeSmemPerSm);
+};
+
+__host__ __device__ constexpr int perm_dim(int kk, int slot, int h) { return 8 * (kk / 2) + 2 * (kk % 2) + slot + 4 * h; }
+// The dim of logical k index k (0..15) of k16 step s (0..35).
+__host__ __device__ constexpr int logical_dim(int s, int k) {
+  const int c = k / 8, j = k % 8;
+  return s < kLatentSteps ? 128 * (s / 8) + 32 * (j / 2) + perm_dim(s % 8, c, j % 2)
+                          : kLatentDim + 16 * (j / 2) + 4 * (s - kLatentSteps) + 2 * c + j % 2;
+}
+
+// A thread's share of one record: per 128-dim slab its 16 bytes of nibbles (32 dims) and their two
+// group scales, its 16 RoPE dims, and the fp32 outer-scale fields.
+template <class F>
+struct RecordShare {
+  static constexpr int kRopeWords = F::spec.rope == RopeEncoding::fp8 ? 1 : 2;
+  uint4 latent[kSlabs];
+  uint32_t scales[kSlabs];
+  uint4 rope[kRopeWords];
+  float rope_scale, token_scale;
+};
+
+template <class F>
+__device__ __forceinline__ void load_latent(RecordShare<F>& r, const uint8_t* rec, bool valid, int slab, int t4) {
+  namespace L = layout::nvfp4;
+  r.latent[slab] = valid ? __ldg(reinterpret_cast<const uint4*>(rec + L::kLatentOffset + 64 * slab + 16 * t4)) : make_uint4(0, 0, 0, 0);
+  r.scales[slab] = valid ? __ldg(reinterpret_cast<const uint16_t*>(rec + L::kGroupScaleOffset + 8 * slab + 2 * t4)) : 0u;
+}
+template <class F>
+__device__ __forceinline__ void load_rope(RecordShare<F>& r, const uint8_t* rec, bool valid, int t4) {
+  namespace L = layout::nvfp4;
+  const uint4* src = reinterpret_cast<const uint4*>(rec + L::kRopeOffset) + RecordShare<F>::kRopeWords * t4;
+#pragma unroll
+  for (int i = 0; i < RecordShare<F>::kRopeWords; ++i) r.rope[i] = valid ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
+}
+template <class F>
+__device__ __forceinline__ void load_outer_scales(RecordShare<F>& r, const uint8_t* rec, bool valid) {
+  namespace L = layout::nvfp4;
+  r.rope_scale = r.token_scale = 0.0f;
+  if constexpr (F::spec.rope == RopeEncoding::fp8)
+    r.rope_scale = valid ? __ldg(reinterpret_cast<const float*>(rec + L::kRopeScaleOffset)) : 0.0f;
+  if constexpr (F::spec.scale_mode == ScaleMode::dynamic)
+    r.token_scale = valid ? __ldg(reinterpret_cast<const float*>(rec + L::kTokenScaleOffset)) : 0.0f;
+}
+
+// RoPE pair (k16 step r, fragment slot) of a share as BF16.
+template <class F>
+__device__ __forceinline__ uint32_t rope_pair(const RecordShare<F>& r, int step, int slot) {
+  if constexpr (F::spec.rope == RopeEncoding::fp8) {
+    const uint32_t w = step == 0 ? r.rope[0].x : step == 1 ? r.rope[0].y : step == 2 ? r.rope[0].z : r.rope[0].w;
+    return e4m3x2_to_bf16x2(w >> (16 * slot));
+  } else {
+    const uint4 q = r.rope[step / 2];
+    const int i = 2 * (step % 2) + slot;
+    return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+  }
+}
+
+template <class F>
+__global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(const DecodeParams p) {
+#ifdef NVFP4MLA_WGMMA
+  static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
+  using Smem = H16WgSmem;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int row = blockIdx.x, head0 = blockIdx.y * kHeads, split = blockIdx.z;
+  const int heads_here = min(kHeads, p.heads - head0);
+  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int len = row_length(p, row);
+  const int split_begin = split * p.tiles_per_split * kPlannerTile;
+  const int split_end = min(min(p.num_tiles, (split + 1) * p.tiles_per_split) * kPlannerTile, len);
+  const int num_tiles = split_end > split_begin ? (split_end - split_begin + kTile - 1) / kTile : 0;
+
+  // Q as the score product's B operand, in the logical k order of each step (rows past
+  // heads_here are zero).
+  uint8_t* sQ = smem + Smem::q_off;
+  for (int item = tid; item < kQSteps * 2 * kHeads; item += kThreads) {
+    const int s = item / (2 * kHeads), c = (item / kHeads) % 2, h = item % kHeads;
+    uint32_t w[4] = {0, 0, 0, 0};
+    if (h < heads_here) {
+      const uint16_t* qh = p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        w[j] = uint32_t(qh[logical_dim(s, 8 * c + 2 * j)]) | (uint32_t(qh[logical_dim(s, 8 * c + 2 * j + 1)]) << 16);
+    }
+    *reinterpret_cast<uint4*>(sQ + s * 4 * kCore + ((h / 8) * 2 + c) * kCore + (h % 8) * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  wgmma::fence_proxy_async_smem();
+  __syncthreads();
+
+  uint8_t* sVt = smem + wg * Smem::vt_bytes;
+  uint8_t* sP = smem + Smem::p_off + wg * Smem::p_bytes;
+  float* sRed = reinterpret_cast<float*>(smem + Smem::red_off) + wg * 4 * kHeads;
+  // stmatrix: lane 8i + j writes row j of matrix i's transpose; matrix i = 2 c + e covers entries
+  // 8 e.. of the warp's 16 and the fragment slot (V^T) or head block (P^T) c.
+  const uint32_t st_lane = ((lane >> 4) * 8 + 2 * warp + ((lane >> 3) & 1)) * kCore + 16 * (lane & 7);
+  const uint32_t vt_lane = ptx::smem_addr(sVt) + st_lane, p_lane = ptx::smem_addr(sP) + st_lane;
+  const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kCore, 2 * kCore);
+  const uint64_t vt_desc = wgmma::smem_desc(ptx::smem_addr(sVt), kCore, 8 * kCore);
+  const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kCore, 8 * kCore);
+  const int bar_id = 1 + wg;
+
+  float o[kChunks][2][4];  // O^T, M tile mt: rows 64 mt + 16 warp + g (+8), heads 8j + 2 t4 (+1)
+#pragma unroll
+  for (int mt = 0; mt < kChunks; ++mt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.0f;
+  // Softmax state of the thread's heads hh = 2j + b (head 8j + 2 t4 + b): the warpgroup's lazy
+  // reference (the same in all its threads) and this thread's share of the sum of weights.
+  float m[4], l[4];
+#pragma unroll
+  for (int hh = 0; hh < 4; ++hh) m[hh] = -INFINITY, l[hh] = 0.0f;
+
+  const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
+  auto pos_of = [&](int t, int e) { return split_begin + t * kTile + 16 * warp + g + 8 * e; };
+  auto index_of = [&](int t, int e) -> int32_t {
+    const int pos = pos_of(t, e);
+    return t < num_tiles && pos < split_end ? __ldg(row_indices + pos) : -1;
+  };
+  auto record_of = [&](int32_t idx) { return p.cache + static_cast<int64_t>(idx < 0 ? 0 : idx) * F::kRecordBytes; };
+
+  // O^T += V^T P^T of the warpgroup's last tile (32 asynchronous wgmma). Issued at the top of the
+  // next tile rather than at the end of this one, so that no wgmma is in flight across the loop's
+  // back edge, where register moves of the accumulators would make ptxas serialize every wgmma.
+  auto issue_output = [&] {
+#pragma unroll
+    for (int mt = 0; mt < kChunks; ++mt) wgmma::fence_operand(o[mt]);
+    wgmma::fence();
+#pragma unroll
+    for (int mt = 0; mt < kChunks; ++mt)
+#pragma unroll
+      for (int ke = 0; ke < kTile / 16; ++ke)
+        wgmma::m64n16k16_ss(o[mt], wgmma::desc_advance(vt_desc, mt * 64 * kCore + ke * 2 * kCore),
+                            wgmma::desc_advance(p_desc, ke * 2 * kCore));
+    wgmma::commit();
+  };
+
+  RecordShare<F> share[2];
+  bool valid[2];
+  int32_t next_index[2];
+  {
+    const int t = wg;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int32_t idx = index_of(t, e);
+      valid[e] = idx >= 0 && idx < p.capacity;
+      const uint8_t* rec = record_of(valid[e] ? idx : -1);
+#pragma unroll
+      for (int slab = 0; slab < kSlabs; ++slab) load_latent(share[e], rec, valid[e], slab, t4);
+      load_rope(share[e], rec, valid[e], t4);
+      load_outer_scales(share[e], rec, valid[e]);
+      next_index[e] = index_of(t + kWarpgroups, e);
+    }
+  }
+
+  for (int t = wg; t < num_tiles; t += kWarpgroups) {
+    if (t != wg) issue_output();
+    // The next tile's records (loaded part by part as this tile's are used) and the indices of
+    // the tile after it.
+    bool next_valid[2];
+    const uint8_t* next_rec[2];
+    int32_t later_index[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      next_valid[e] = next_index[e] >= 0 && next_index[e] < p.capacity;
+      next_rec[e] = record_of(next_valid[e] ? next_index[e] : -1);
+      later_index[e] = index_of(t + 2 * kWarpgroups, e);
+    }
+
+    // Scores: RoPE first (its fragments are not part of V), then the latent in chunks of four
+    // k steps; each latent chunk also goes to V^T (M tile = chunk).
+    float acc[2][4], acc_rope[2][4];
+    {
+      uint32_t a[kRopeSteps][4];
+#pragma unroll
+      for (int r = 0; r < kRopeSteps; ++r)
+#pragma unroll
+        for (int slot = 0; slot < 2; ++slot)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) a[r][2 * slot + e] = rope_pair(share[e], r, slot);
+#pragma unroll
+      for (int r = 0; r < kRopeSteps; ++r) wgmma::fence_operand(a[r]);
+      wgmma::fence();
+#pragma unroll
+      for (int r = 0; r < kRopeSteps; ++r)
+        wgmma::m64n16k16_rs(acc_rope, a[r], wgmma::desc_advance(q_desc, (kLatentSteps + r) * 4 * kCore), r > 0);
+      wgmma::commit();
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int slab = c / 2, half = c % 2;
+      uint32_t a[4][4];  // k step 4 half + kk of the slab: registers (slot, entry)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uint4 nib = share[e].latent[slab];
+        const float2 d = e4m3x2_to_float2(share[e].scales[slab]);
+        const uint32_t dpair = e2m1_pair_scale(half ? d.y : d.x);
+        const uint32_t words[2] = {half ? nib.z : nib.x, half ? nib.w : nib.y};
+#pragma unroll
+        for (int wd = 0; wd < 2; ++wd) {
+          uint32_t pr[4];
+          codec::e2m1x8_to_bf16_pairs(words[wd], pr);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[2 * wd + i / 2][2 * (i % 2) + e] = bf16x2_mul(pr[i], dpair);
+        }
+      }
+      if (half == 1) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) load_latent(share[e], next_rec[e], next_valid[e], slab, t4);
+      }
+      // At most the previous chunk still runs: the chunk before it released its registers and the
+      // previous tile's output product has finished reading V^T and P^T.
+      wgmma::wait<1>();
+      if (c == 1) {  // the RoPE product has finished with the registers (bf16 RoPE words are its A fragments)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) load_rope(share[e], next_rec[e], next_valid[e], t4);
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        ptx::stmatrix_x4_trans(vt_lane + (4 * c + kk) * 16 * kCore, a[kk][0], a[kk][1], a[kk][2], a[kk][3]);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma::fence_operand(a[kk]);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma::m64n16k16_rs(acc, a[kk], wgmma::desc_advance(q_desc, (4 * c + kk) * 4 * kCore), c > 0 || kk > 0);
+      wgmma::commit();
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operand(acc);
+    wgmma::fence_operand(acc_rope);
+#pragma unroll
+    for (int mt = 0; mt < kChunks; ++mt) wgmma::fence_operand(o[mt]);
+
+    // Softmax (base 2) of the thread's 2 entries x 4 heads.
+    float c_lat[2], c_rope[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      c_lat[e] = latent_outer_scale<F>(share[e].token_scale, p.layer_scale) * float(1 << codec::kE2m1PairShift);
+      c_rope[e] = F::spec.rope == RopeEncoding::fp8 ? share[e].rope_scale : 1.0f;
+      load_outer_scales(share[e], next_rec[e], next_valid[e]);
+    }
+    float s[2][4];
+    bool moves = false;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int e = i / 2, hh = 2 * j + i % 2;
+        const float x = (acc[j][i] * c_lat[e] + acc_rope[j][i] * c_rope[e]) * p.scale_log2;
+        s[j][i] = valid[e] ? x : -INFINITY;
+        moves |= s[j][i] > m[hh] + kLazyRescaleLog2;
+      }
+    float m_use[4];
+    if (ptx::named_barrier_or(bar_id, 128, moves)) {
+      // Rare (the first tiles): the warpgroup's maximum per head moves the references.
+      float mx[4];
+#pragma unroll
+      for (int hh = 0; hh < 4; ++hh) {
+        mx[hh] = fmaxf(s[hh / 2][hh % 2], s[hh / 2][2 + hh % 2]);
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xFFFFFFFFu, mx[hh], 4));
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xFFFFFFFFu, mx[hh], 8));
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xFFFFFFFFu, mx[hh], 16));
+        if (g == 0) sRed[warp * kHeads + 8 * (hh / 2) + 2 * t4 + hh % 2] = mx[hh];
+      }
+      ptx::named_barrier_sync(bar_id, 128);
+      float alpha[4];
+#pragma unroll
+      for (int hh = 0; hh < 4; ++hh) {
+        const int h = 8 * (hh / 2) + 2 * t4 + hh % 2;
+        const float x = fmaxf(fmaxf(sRed[h], sRed[kHeads + h]), fmaxf(sRed[2 * kHeads + h], sRed[3 * kHeads + h]));
+        const LazyStep step = lazy_reference_step(x, m[hh]);
+        m_use[hh] = step.m_use;
+        alpha[hh] = step.alpha;
+        l[hh] *= alpha[hh];
+      }
+#pragma unroll
+      for (int mt = 0; mt < kChunks; ++mt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[mt][j][i] *= alpha[2 * j + i % 2];
+      ptx::named_barrier_sync(bar_id, 128);  // sRed read by all before a later tile writes it
+    } else {
+#pragma unroll
+      for (int hh = 0; hh < 4; ++hh) m_use[hh] = lazy_reference_kept(m[hh]).m_use;
+    }
+    uint32_t pw[4];  // P: register 2j + e = entry g + 8e, heads 8j + 2 t4 (+1)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float w0 = ptx::exp2_approx(s[j][2 * e] - m_use[2 * j]), w1 = ptx::exp2_approx(s[j][2 * e + 1] - m_use[2 * j + 1]);
+        l[2 * j] += w0;
+        l[2 * j + 1] += w1;
+        pw[2 * j + e] = ptx::pack_bf16x2(w0 * c_lat[e], w1 * c_lat[e]);
+      }
+    ptx::stmatrix_x4_trans(p_lane, pw[0], pw[1], pw[2], pw[3]);
+    wgmma::fence_proxy_async_smem();
+    ptx::named_barrier_sync(bar_id, 128);  // the warpgroup's V^T and P^T of this tile are in place for issue_output
+
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      valid[e] = next_valid[e];
+      next_index[e] = later_index[e];
+    }
+  }
+  if (wg < num_tiles) issue_output();
+  wgmma::wait<0>();
+#pragma unroll
+  for (int mt = 0; mt < kChunks; ++mt) wgmma::fence_operand(o[mt]);
+
+  // Each warpgroup's sums per head, then warpgroup 1 hands its state to warpgroup 0.
+#pragma unroll
+  for (int hh = 0; hh < 4; ++hh) {
+    l[hh] += __shfl_xor_sync(0xFFFFFFFFu, l[hh], 4);
+    l[hh] += __shfl_xor_sync(0xFFFFFFFFu, l[hh], 8);
+    l[hh] += __shfl_xor_sync(0xFFFFFFFFu, l[hh], 16);
+    if (g == 0) sRed[warp * kHeads + 8 * (hh / 2) + 2 * t4 + hh % 2] = l[hh];
+  }
+  ptx::named_barrier_sync(bar_id, 128);
+  float* sHead = reinterpret_cast<float*>(smem + Smem::head_off);  // m and l of warpgroup 1, then LSE
+  float4* sO1 = reinterpret_cast<float4*>(smem + Smem::vt_bytes);  // warpgroup 1's O^T
+#pragma unroll
+  for (int hh = 0; hh < 4; ++hh) {
+    const int h = 8 * (hh / 2) + 2 * t4 + hh % 2;
+    l[hh] = sRed[h] + sRed[kHeads + h] + sRed[2 * kHeads + h] + sRed[3 * kHeads + h];
+    if (wg == 1 && warp == 0 && g == 0) {
+      sHead[h] = m[hh];
+      sHead[kHeads + h] = l[hh];
+    }
+  }
+  if (wg == 1) {
+#pragma unroll
+    for (int mt = 0; mt < kChunks; ++mt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) sO1[(2 * mt + j) * 128 + wtid] = make_float4(o[mt][j][0], o[mt][j][1], o[mt][j][2], o[mt][j][3]);
+  }
+  __syncthreads();
+  float* sOut = reinterpret_cast<float*>(smem);  // [head][512 dims], in warpgroup 0's V^T buffer
+  if (wg == 0) {
+    float f0[4], f1[4];
+#pragma unroll
+    for (int hh = 0; hh < 4; ++hh) {
+      const int h = 8 * (hh / 2) + 2 * t4 + hh % 2;
+      const float m1 = sHead[h], l1 = sHead[kHeads + h];
+      const float mm = fmaxf(m[hh], m1);
+      const float a0 = m[hh] == -INFINITY ? 0.0f : ptx::exp2_approx(m[hh] - mm);
+      const float a1 = m1 == -INFINITY ? 0.0f : ptx::exp2_approx(m1 - mm);
+      const float total = l[hh] * a0 + l1 * a1;
+      const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+      f0[hh] = a0 * inv;
+      f1[hh] = a1 * inv;
+      if (warp == 0 && g == 0) sHead[2 * kHeads + h] = total > 0.0f ? mm + log2f(total) : -INFINITY;
+    }
+#pragma unroll
+    for (int mt = 0; mt < kChunks; ++mt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float4 x = sO1[(2 * mt + j) * 128 + wtid];
+        const float x1[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int mrow = 64 * mt + 16 * warp + g + 8 * (i / 2), hh = 2 * j + i % 2;
+          const int h = 8 * j + 2 * t4 + i % 2;
+          sOut[h * kLatentDim + logical_dim(mrow / 16, mrow % 16)] = o[mt][j][i] * f0[hh] + x1[i] * f1[hh];
+        }
+      }
+  }
+  __syncthreads();
+
+  // Store: 8 dims per thread and step, in dim order.
+  for (int item = tid; item < heads_here * (kLatentDim / 8); item += kThreads) {
+    const int h = item / (kLatentDim / 8), d0 = 8 * (item % (kLatentDim / 8));
+    const float4 v0 = *reinterpret_cast<const float4*>(sOut + h * kLatentDim + d0);
+    const float4 v1 = *reinterpret_cast<const float4*>(sOut + h * kLatentDim + d0 + 4);
+    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
+    if (p.splits == 1) {
+      *reinterpret_cast<uint4*>(p.out + rh * kLatentDim + d0) =
+          make_uint4(ptx::pack_bf16x2(v0.x, v0.y), ptx::pack_bf16x2(v0.z, v0.w), ptx::pack_bf16x2(v1.x, v1.y), ptx::pack_bf16x2(v1.z, v1.w));
+    } else {
+      float4* dst = reinterpret_cast<float4*>(p.part_out + (rh * p.splits + split) * kLatentDim + d0);
+      dst[0] = v0;
+      dst[1] = v1;
+    }
+  }
+  if (tid < heads_here) {
+    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + tid;
+    const float lse2 = sHead[2 * kHeads + tid];
+    if (p.splits == 1) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
+    else p.part_lse[rh * p.splits + split] = lse2;
+  }
+#endif
+}
+
+}  // namespace
+
+template <class F>
+void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    check(cudaFuncSetAttribute(sparse_decode_h16_sm90_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(H16WgSmem::total)),
+          "sparse decode (16 heads, sm_90): shared memory opt-in");
+  });
+  sparse_decode_h16_sm90_kernel<F><<<dim3(rows, head_groups, p.splits), kThreads, H16WgSmem::total, stream>>>(p);
+  check_launch("sparse decode (16 heads, sm_90) kernel launch");
+}
+
+#define NVFP4MLA_H16_SM90_FORMAT(R, M) \
+  template void launch_decode_h16_sm90<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::R, ScaleMode::M>>( \
+      const DecodeParams&, int, int, cudaStream_t);
+NVFP4MLA_H16_SM90_FORMAT(fp8, implicit)
+NVFP4MLA_H16_SM90_FORMAT(fp8, static_calibrated)
+NVFP4MLA_H16_SM90_FORMAT(fp8, dynamic)
+NVFP4MLA_H16_SM90_FORMAT(bf16, implicit)
+NVFP4MLA_H16_SM90_FORMAT(bf16, static_calibrated)
+#undef NVFP4MLA_H16_SM90_FORMAT
+
+}  // namespace nvfp4mla::cuda
