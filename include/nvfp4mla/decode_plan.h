@@ -55,6 +55,9 @@ inline constexpr int kDecodeH16Warps = 8;
 inline constexpr int kDecodeH16Stages = 1;
 inline constexpr int kDecodeH16CtasPerSm = 1;
 inline constexpr int kDecodeH16TileTiles = 2;
+// ... whose CTAs stage their split's top-k indices in shared memory: at most this many entries
+// per split (the planner adds splits for longer top-k lists).
+inline constexpr int kDecodeH16MaxSplitEntries = 16384;
 // Whether a plan for this format and head group runs those kernels.
 constexpr bool decode_uses_h16_kernel(const RecordSpec& spec, int head_group) { return spec.is_nvfp4() && head_group == 16; }
 

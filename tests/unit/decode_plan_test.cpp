@@ -47,6 +47,15 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
       const auto q = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, 16, topk, 132);
       EXPECT_TRUE(q.splits == 1 || q.tiles_per_split % kDecodeH16TileTiles == 0) << rows << " " << topk;
     }
+  // ... and at most kDecodeH16MaxSplitEntries (their indices are staged in shared memory), even
+  // when a single split would be the estimate's choice or is forced.
+  for (int forced : {0, 1})
+    for (int topk : {16384, 16448, 40000}) {
+      const auto q = plan_sparse_decode(kSpecNvfp4Fp8Rope, 300, 16, topk, 132, forced);
+      EXPECT_LE(q.tiles_per_split * q.tile_tokens, kDecodeH16MaxSplitEntries) << topk;
+      if (forced == 1)
+        EXPECT_EQ(q.splits, (topk + kDecodeH16MaxSplitEntries - 1) / kDecodeH16MaxSplitEntries) << topk;
+    }
   EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, 16, 2048, 132).splits, 3);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, 132, 7).splits, 7);
   const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, 132, 50);

@@ -37,9 +37,13 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
                           : decode_uses_h16_kernel(spec, p.head_group)                    ? kDecodeH16TileTiles
                                                                                           : 1;
   auto tiles_per_split = [&](int s) { return ((p.num_tiles + s - 1) / s + split_tiles - 1) / split_tiles * split_tiles; };
+  // The 16-head NVFP4 kernels hold a split's indices in shared memory.
+  const int max_split_tiles = decode_uses_h16_kernel(spec, p.head_group) ? kDecodeH16MaxSplitEntries / p.tile_tokens : p.num_tiles;
+  int min_splits = 1;
+  while (tiles_per_split(min_splits) > max_split_tiles) ++min_splits;
   int splits = 1;
   if (forced_splits > 0) {
-    splits = std::clamp(forced_splits, 1, max_splits);
+    splits = std::clamp(forced_splits, std::min(min_splits, max_splits), max_splits);
   } else {
     // Estimated time ~ (waves of resident CTAs) x (tiles per CTA + kDecodeCtaFixedTiles); the
     // fewest splits reaching the smallest estimate win. H200, same call: rows 256 x 64 heads ran
@@ -48,7 +52,7 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
     const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(rows) * p.num_head_groups);
     const int64_t slots = static_cast<int64_t>(sm_count) * p.ctas_per_sm;
     int64_t best = INT64_MAX;
-    for (int s = 1; s <= max_splits; ++s) {
+    for (int s = std::min(min_splits, max_splits); s <= max_splits; ++s) {
       const int per_split = tiles_per_split(s);
       const int64_t ctas = base * ((p.num_tiles + per_split - 1) / per_split);
       const int64_t estimate = (ctas + slots - 1) / slots * (per_split + kDecodeCtaFixedTiles);

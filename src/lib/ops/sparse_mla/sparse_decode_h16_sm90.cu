@@ -35,6 +35,7 @@
 #include <mutex>
 
 #include "device/cuda_check.h"
+#include "nvfp4mla/error.h"
 #include "ops/sparse_mla/decode_common.cuh"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
@@ -66,10 +67,13 @@ struct H16WgSmem {
   static constexpr size_t p_bytes = size_t(kHeads) * kTile * 2;
   static constexpr size_t red_off = p_off + kWarpgroups * p_bytes;  // per warpgroup, warp, head: a float
   static constexpr size_t head_off = red_off + size_t(kWarpgroups) * 4 * kHeads * 4;  // merge: m, l; LSE
-  static constexpr size_t total = head_off + size_t(3) * kHeads * 4;
+  static constexpr size_t scale_off = head_off + size_t(3) * kHeads * 4;  // per thread, 2 tiles: outer-scale fields
+  static constexpr size_t idx_off = scale_off + size_t(kThreads) * 2 * 16;  // the split's top-k indices
+  static constexpr size_t max_total = kDecodeSmemPerBlock;
+  static constexpr size_t total(int split_entries) { return idx_off + size_t(split_entries) * 4; }
   static_assert(vt_bytes >= size_t(kHeads) * kLatentDim * 4, "the final output is staged in a V^T buffer");
-  static_assert(total + kDecodeSmemReservedPerCta <= kDecodeSmemPerSm);
 };
+static_assert(H16WgSmem::total(kDecodeH16MaxSplitEntries) <= H16WgSmem::max_total);
 
 __host__ __device__ constexpr int perm_dim(int kk, int slot, int h) { return 8 * (kk / 2) + 2 * (kk % 2) + slot + 4 * h; }
 // The dim of logical k index k (0..15) of k16 step s (0..35).
@@ -79,15 +83,40 @@ __host__ __device__ constexpr int logical_dim(int s, int k) {
                           : kLatentDim + 16 * (j / 2) + 4 * (s - kLatentSteps) + 2 * c + j % 2;
 }
 
-// A thread's share of one record: per 128-dim slab its 16 bytes of nibbles (32 dims) and their two
-// group scales, its 16 RoPE dims, and the fp32 outer-scale fields.
+// The closed forms the kernel uses instead of logical_dim, checked against it at compile time:
+// where Q staging puts dim 8 cd + j of head 0, and the dim of O^T row 64 mt + 16 w + g + 8 c.
+constexpr int q_stage_offset(int cd, int j) {
+  constexpr int kPairOffset[4] = {0, kCore, 4 * kCore, 5 * kCore};
+  if (cd < kLatentDim / 8)
+    return (8 * (cd / 16) + 2 * (cd % 4)) * 4 * kCore + 4 * ((cd / 4) % 4) + kPairOffset[j % 4] + 2 * (j / 4);
+  const int r = cd - kLatentDim / 8;
+  return (kLatentSteps + 2 * (r % 2)) * 4 * kCore + 4 * (r / 2) + kPairOffset[j / 2] + 2 * (j % 2);
+}
+constexpr int out_dim(int mt, int w, int g, int c) { return 8 * (w / 2) + 2 * (w % 2) + 32 * (g / 2) + 4 * (g % 2) + 128 * (mt / 2) + 16 * (mt % 2) + c; }
+constexpr bool closed_forms_match() {
+  for (int s = 0; s < kQSteps; ++s)
+    for (int k = 0; k < 16; ++k) {
+      const int d = logical_dim(s, k);
+      if (q_stage_offset(d / 8, d % 8) != s * 4 * kCore + (k / 8) * kCore + (k % 8) * 2) return false;
+    }
+  for (int mt = 0; mt < kChunks; ++mt)
+    for (int w = 0; w < 4; ++w)
+      for (int g = 0; g < 8; ++g)
+        for (int c = 0; c < 2; ++c)
+          if (out_dim(mt, w, g, c) != logical_dim(4 * mt + w, g + 8 * c)) return false;
+  return true;
+}
+static_assert(closed_forms_match());
+
+// A thread's share of one record in registers: per 128-dim slab its 16 bytes of nibbles (32 dims)
+// and their two group scales, and its 16 RoPE dims. (The fp32 outer-scale fields travel by
+// cp.async instead: copy_outer_scales.)
 template <class F>
 struct RecordShare {
   static constexpr int kRopeWords = F::spec.rope == RopeEncoding::fp8 ? 1 : 2;
   uint4 latent[kSlabs];
   uint32_t scales[kSlabs];
   uint4 rope[kRopeWords];
-  float rope_scale, token_scale;
 };
 
 template <class F>
@@ -103,14 +132,17 @@ __device__ __forceinline__ void load_rope(RecordShare<F>& r, const uint8_t* rec,
 #pragma unroll
   for (int i = 0; i < RecordShare<F>::kRopeWords; ++i) r.rope[i] = valid ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
 }
+// The fp32 RoPE and token scales of entry e (where the format has them) into the thread's slot
+// {rope e0, token e0, rope e1, token e1}, by cp.async (zeros for a masked entry). Loaded into
+// registers a tile ahead instead, they stalled the loop's back edge on every tile: ptxas sank
+// their consumers below the next tile's loads, which then landed in other registers and were
+// moved back at the end of the loop, waiting for memory (21% of the stall samples).
 template <class F>
-__device__ __forceinline__ void load_outer_scales(RecordShare<F>& r, const uint8_t* rec, bool valid) {
+__device__ __forceinline__ void copy_outer_scales(float* slot, const uint8_t* rec, bool valid, int e) {
   namespace L = layout::nvfp4;
-  r.rope_scale = r.token_scale = 0.0f;
-  if constexpr (F::spec.rope == RopeEncoding::fp8)
-    r.rope_scale = valid ? __ldg(reinterpret_cast<const float*>(rec + L::kRopeScaleOffset)) : 0.0f;
+  if constexpr (F::spec.rope == RopeEncoding::fp8) ptx::cp_async_4_zfill(slot + 2 * e, rec + L::kRopeScaleOffset, valid ? 4 : 0);
   if constexpr (F::spec.scale_mode == ScaleMode::dynamic)
-    r.token_scale = valid ? __ldg(reinterpret_cast<const float*>(rec + L::kTokenScaleOffset)) : 0.0f;
+    ptx::cp_async_4_zfill(slot + 2 * e + 1, rec + L::kTokenScaleOffset, valid ? 4 : 0);
 }
 
 // RoPE pair (k16 step r, fragment slot) of a share as BF16.
@@ -140,19 +172,75 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   const int split_end = min(min(p.num_tiles, (split + 1) * p.tiles_per_split) * kPlannerTile, len);
   const int num_tiles = split_end > split_begin ? (split_end - split_begin + kTile - 1) / kTile : 0;
 
-  // Q as the score product's B operand, in the logical k order of each step (rows past
-  // heads_here are zero).
-  uint8_t* sQ = smem + Smem::q_off;
-  for (int item = tid; item < kQSteps * 2 * kHeads; item += kThreads) {
-    const int s = item / (2 * kHeads), c = (item / kHeads) % 2, h = item % kHeads;
-    uint32_t w[4] = {0, 0, 0, 0};
-    if (h < heads_here) {
-      const uint16_t* qh = p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim;
+  const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
+  auto pos_of = [&](int t, int e) { return split_begin + t * kTile + 16 * warp + g + 8 * e; };
+  // Prologue: every global load is issued before any result is used, so that the latencies of
+  // Q, the split's indices and the first records overlap (staged one after another they were
+  // 13% of the kernel's stall samples).
+  // Q in 16-byte chunks (72 per head: 64 latent, 8 RoPE), staged below in the score product's
+  // logical k order.
+  constexpr int kQChunks = kHeads * kQkDim / 8, kQPerThread = (kQChunks + kThreads - 1) / kThreads;
+  uint4 q_chunk[kQPerThread];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        w[j] = uint32_t(qh[logical_dim(s, 8 * c + 2 * j)]) | (uint32_t(qh[logical_dim(s, 8 * c + 2 * j + 1)]) << 16);
+  for (int i = 0; i < kQPerThread; ++i) {
+    const int c = tid + i * kThreads, h = c / (kQkDim / 8);
+    q_chunk[i] = c < kQChunks && h < heads_here
+                     ? __ldg(reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim) + c % (kQkDim / 8))
+                     : make_uint4(0, 0, 0, 0);
+  }
+  auto record_of = [&](int32_t idx) { return p.cache + static_cast<int64_t>(idx < 0 ? 0 : idx) * F::kRecordBytes; };
+  // The warpgroup's first records; their fp32 outer-scale fields go by cp.async (copy_outer_scales).
+  float* sScale = reinterpret_cast<float*>(smem + Smem::scale_off);
+  auto scale_slot = [&](int buf) { return sScale + (2 * tid + buf) * 4; };
+  RecordShare<F> share[2];
+  bool valid[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int pos = pos_of(wg, e);
+    const int32_t idx = wg < num_tiles && pos < split_end ? __ldg(row_indices + pos) : -1;
+    valid[e] = idx >= 0 && idx < p.capacity;
+    const uint8_t* rec = record_of(valid[e] ? idx : -1);
+#pragma unroll
+    for (int slab = 0; slab < kSlabs; ++slab) load_latent(share[e], rec, valid[e], slab, t4);
+    load_rope(share[e], rec, valid[e], t4);
+    copy_outer_scales<F>(scale_slot(0), rec, valid[e], e);
+  }
+  ptx::cp_async_commit();
+  // The split's indices in shared memory (-1 past its end), so that no tile waits on a global
+  // index load: loaded in registers a tile ahead, they stalled the loop's back edge (ptxas placed
+  // the loads late and moved the result into the loop-carried register there).
+  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);
+  for (int i = tid; i < num_tiles * kTile; i += kThreads)
+    sIdx[i] = split_begin + i < split_end ? __ldg(row_indices + split_begin + i) : -1;
+  auto staged_index_of = [&](int t, int e) -> int32_t { return t < num_tiles ? sIdx[pos_of(t, e) - split_begin] : -1; };
+  // Q's chunk of dims 8c'..8c'+7 of one head lands as four BF16 pairs at the same four offsets
+  // from a per-chunk base (logical_dim, inverted): latent pairs (0,4) (1,5) (2,6) (3,7), RoPE
+  // pairs (0,1) (2,3) (4,5) (6,7).
+  uint8_t* sQ = smem + Smem::q_off;
+#pragma unroll
+  for (int i = 0; i < kQPerThread; ++i) {
+    const int c = tid + i * kThreads;
+    if (c >= kQChunks) break;
+    const int h = c / (kQkDim / 8), cd = c % (kQkDim / 8);
+    const uint4 v = q_chunk[i];
+    int base;
+    uint32_t w[4];
+    if (cd < kLatentDim / 8) {  // dims 8 cd..: slab cd / 16, lane block (cd / 4) % 4, k steps 2 (cd % 4) + {0, 1}
+      base = (8 * (cd / 16) + 2 * (cd % 4)) * 4 * kCore + 4 * ((cd / 4) % 4);
+      w[0] = __byte_perm(v.x, v.z, 0x5410);
+      w[1] = __byte_perm(v.x, v.z, 0x7632);
+      w[2] = __byte_perm(v.y, v.w, 0x5410);
+      w[3] = __byte_perm(v.y, v.w, 0x7632);
+    } else {  // RoPE dims 16 t4 + 4 step + 2 c + h: chunk r = cd - 64 holds t4 = r / 2, steps 2 (r % 2) + {0, 1}
+      const int r = cd - kLatentDim / 8;
+      base = (kLatentSteps + 2 * (r % 2)) * 4 * kCore + 4 * (r / 2);
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
     }
-    *reinterpret_cast<uint4*>(sQ + s * 4 * kCore + ((h / 8) * 2 + c) * kCore + (h % 8) * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+    uint8_t* dst = sQ + base + (h / 8) * 2 * kCore + (h % 8) * 16;  // base = q_stage_offset(cd, 0)
+    *reinterpret_cast<uint32_t*>(dst) = w[0];
+    *reinterpret_cast<uint32_t*>(dst + kCore) = w[1];
+    *reinterpret_cast<uint32_t*>(dst + 4 * kCore) = w[2];
+    *reinterpret_cast<uint32_t*>(dst + 5 * kCore) = w[3];
   }
   wgmma::fence_proxy_async_smem();
   __syncthreads();
@@ -180,14 +268,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
 #pragma unroll
   for (int hh = 0; hh < 4; ++hh) m[hh] = -INFINITY, l[hh] = 0.0f;
 
-  const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
-  auto pos_of = [&](int t, int e) { return split_begin + t * kTile + 16 * warp + g + 8 * e; };
-  auto index_of = [&](int t, int e) -> int32_t {
-    const int pos = pos_of(t, e);
-    return t < num_tiles && pos < split_end ? __ldg(row_indices + pos) : -1;
-  };
-  auto record_of = [&](int32_t idx) { return p.cache + static_cast<int64_t>(idx < 0 ? 0 : idx) * F::kRecordBytes; };
-
   // O^T += V^T P^T of the warpgroup's last tile (32 asynchronous wgmma). Issued at the top of the
   // next tile rather than at the end of this one, so that no wgmma is in flight across the loop's
   // back edge, where register moves of the accumulators would make ptxas serialize every wgmma.
@@ -204,36 +284,30 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     wgmma::commit();
   };
 
-  RecordShare<F> share[2];
-  bool valid[2];
-  int32_t next_index[2];
-  {
-    const int t = wg;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int32_t idx = index_of(t, e);
-      valid[e] = idx >= 0 && idx < p.capacity;
-      const uint8_t* rec = record_of(valid[e] ? idx : -1);
-#pragma unroll
-      for (int slab = 0; slab < kSlabs; ++slab) load_latent(share[e], rec, valid[e], slab, t4);
-      load_rope(share[e], rec, valid[e], t4);
-      load_outer_scales(share[e], rec, valid[e]);
-      next_index[e] = index_of(t + kWarpgroups, e);
-    }
-  }
-
   for (int t = wg; t < num_tiles; t += kWarpgroups) {
     if (t != wg) issue_output();
-    // The next tile's records (loaded part by part as this tile's are used) and the indices of
-    // the tile after it.
+    // The next tile's records, loaded part by part as this tile's are used.
     bool next_valid[2];
     const uint8_t* next_rec[2];
-    int32_t later_index[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      next_valid[e] = next_index[e] >= 0 && next_index[e] < p.capacity;
-      next_rec[e] = record_of(next_valid[e] ? next_index[e] : -1);
-      later_index[e] = index_of(t + 2 * kWarpgroups, e);
+      const int32_t idx = staged_index_of(t + kWarpgroups, e);
+      next_valid[e] = idx >= 0 && idx < p.capacity;
+      next_rec[e] = record_of(next_valid[e] ? idx : -1);
+    }
+    // The next tile's outer-scale fields go out, this tile's (copied a tile ago) come in.
+    const int buf = (t / kWarpgroups) % 2;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) copy_outer_scales<F>(scale_slot(buf ^ 1), next_rec[e], next_valid[e], e);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait_group<1>();  // this tile's fields (copied a tile ago) have landed
+    const float4 fields = *reinterpret_cast<const float4*>(scale_slot(buf));
+    float c_lat[2], score_lat[2], score_rope[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      c_lat[e] = latent_outer_scale<F>(e ? fields.w : fields.y, p.layer_scale) * float(1 << codec::kE2m1PairShift);
+      score_lat[e] = c_lat[e] * p.scale_log2;
+      score_rope[e] = (F::spec.rope == RopeEncoding::fp8 ? (e ? fields.z : fields.x) : 1.0f) * p.scale_log2;
     }
 
     // Scores: RoPE first (its fragments are not part of V), then the latent in chunks of four
@@ -302,13 +376,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     for (int mt = 0; mt < kChunks; ++mt) wgmma::fence_operand(o[mt]);
 
     // Softmax (base 2) of the thread's 2 entries x 4 heads.
-    float c_lat[2], c_rope[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      c_lat[e] = latent_outer_scale<F>(share[e].token_scale, p.layer_scale) * float(1 << codec::kE2m1PairShift);
-      c_rope[e] = F::spec.rope == RopeEncoding::fp8 ? share[e].rope_scale : 1.0f;
-      load_outer_scales(share[e], next_rec[e], next_valid[e]);
-    }
     float s[2][4];
     bool moves = false;
 #pragma unroll
@@ -316,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int e = i / 2, hh = 2 * j + i % 2;
-        const float x = (acc[j][i] * c_lat[e] + acc_rope[j][i] * c_rope[e]) * p.scale_log2;
+        const float x = acc[j][i] * score_lat[e] + acc_rope[j][i] * score_rope[e];
         s[j][i] = valid[e] ? x : -INFINITY;
         moves |= s[j][i] > m[hh] + kLazyRescaleLog2;
       }
@@ -369,13 +436,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     ptx::named_barrier_sync(bar_id, 128);  // the warpgroup's V^T and P^T of this tile are in place for issue_output
 
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      valid[e] = next_valid[e];
-      next_index[e] = later_index[e];
-    }
+    for (int e = 0; e < 2; ++e) valid[e] = next_valid[e];
   }
   if (wg < num_tiles) issue_output();
   wgmma::wait<0>();
+  ptx::cp_async_wait_group<0>();  // no copy outlives the kernel
 #pragma unroll
   for (int mt = 0; mt < kChunks; ++mt) wgmma::fence_operand(o[mt]);
 
@@ -422,6 +487,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
       f1[hh] = a1 * inv;
       if (warp == 0 && g == 0) sHead[2 * kHeads + h] = total > 0.0f ? mm + log2f(total) : -INFINITY;
     }
+    // O^T row 64 mt + 16 warp + g + 8 (i / 2) is logical_dim(4 mt + warp, g + 8 (i / 2)): the
+    // thread's part plus a constant per (mt, i).
+    const int out_dim0 = out_dim(0, warp, g, 0);
 #pragma unroll
     for (int mt = 0; mt < kChunks; ++mt)
 #pragma unroll
@@ -430,9 +498,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
         const float x1[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int mrow = 64 * mt + 16 * warp + g + 8 * (i / 2), hh = 2 * j + i % 2;
-          const int h = 8 * j + 2 * t4 + i % 2;
-          sOut[h * kLatentDim + logical_dim(mrow / 16, mrow % 16)] = o[mt][j][i] * f0[hh] + x1[i] * f1[hh];
+          const int hh = 2 * j + i % 2, h = 8 * j + 2 * t4 + i % 2;
+          sOut[h * kLatentDim + out_dim0 + out_dim(mt, 0, 0, i / 2)] = o[mt][j][i] * f0[hh] + x1[i] * f1[hh];
         }
       }
   }
@@ -469,10 +536,12 @@ void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cu
   static std::once_flag once;
   std::call_once(once, [] {
     check(cudaFuncSetAttribute(sparse_decode_h16_sm90_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(H16WgSmem::total)),
+                               static_cast<int>(H16WgSmem::max_total)),
           "sparse decode (16 heads, sm_90): shared memory opt-in");
   });
-  sparse_decode_h16_sm90_kernel<F><<<dim3(rows, head_groups, p.splits), kThreads, H16WgSmem::total, stream>>>(p);
+  const int split_entries = (p.tiles_per_split * kPlannerTile + kTile - 1) / kTile * kTile;
+  if (split_entries > kDecodeH16MaxSplitEntries) throw Error("sparse decode (16 heads, sm_90): split of " + std::to_string(split_entries) + " entries");
+  sparse_decode_h16_sm90_kernel<F><<<dim3(rows, head_groups, p.splits), kThreads, H16WgSmem::total(split_entries), stream>>>(p);
   check_launch("sparse decode (16 heads, sm_90) kernel launch");
 }
 
