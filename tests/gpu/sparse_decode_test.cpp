@@ -103,10 +103,10 @@ TEST(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
 
 TEST(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
   NVFP4MLA_REQUIRE_GPU();
-  // 128 heads with NVFP4 records: the 64-entry kernel on sm_90; topk 2080 is 65 planner tiles, so
-  // with one split its last 64-entry tile is half past the end.
+  // 16 and 128 heads with NVFP4 records: 64-entry tiles on sm_90; topk 2080 is 65 planner tiles,
+  // so with one split the last 64-entry tile is half past the end.
   for (const auto& spec : {kAllSpecs[1], kAllSpecs[6]})
-    for (int heads : {64, 128})
+    for (int heads : {16, 64, 128})
       for (int topk : {2048, 2080}) {
         SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads) + " topk " + std::to_string(topk));
         const auto p = make_problem(spec, 4, heads, topk, 11);

@@ -69,17 +69,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
-// Named barrier that also ORs a predicate over its `count` threads (every thread gets the result).
-__device__ __forceinline__ bool named_barrier_or(int id, int count, bool pred) {
-  uint32_t r;
-  asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"(static_cast<uint32_t>(pred)), "r"(id), "r"(count)
-      : "memory");
-  return r != 0;
-}
-
 // Four 8x8 BF16 matrices in the mma fragment layout (register i: matrix i; lane 4r + c holds
 // row r, columns 2c, 2c + 1) stored transposed: lane 8i + j gives the address of row j of
 // matrix i's transpose (16 bytes: column j of matrix i). sm_90 and later.

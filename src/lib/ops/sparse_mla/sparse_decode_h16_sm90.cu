@@ -66,12 +66,13 @@ struct H16WgSmem {
   static constexpr size_t p_off = q_off + size_t(kQSteps) * 4 * kCore;
   static constexpr size_t p_bytes = size_t(kHeads) * kTile * 2;
   static constexpr size_t red_off = p_off + kWarpgroups * p_bytes;  // per warpgroup, warp, head: a float
-  static constexpr size_t head_off = red_off + size_t(kWarpgroups) * 4 * kHeads * 4;  // merge: m, l; LSE
-  static constexpr size_t scale_off = head_off + size_t(3) * kHeads * 4;  // per thread, 2 tiles: outer-scale fields
+  static constexpr size_t vote_off = red_off + size_t(kWarpgroups) * 4 * kHeads * 4;  // per warpgroup, warp: a flag
+  static constexpr size_t head_off = vote_off + size_t(kWarpgroups) * 4 * 4;  // merge: warpgroup 1's m and l
+  static constexpr size_t scale_off = head_off + size_t(2) * kHeads * 4;  // per thread, 2 tiles: outer-scale fields
   static constexpr size_t idx_off = scale_off + size_t(kThreads) * 2 * 16;  // the split's top-k indices
   static constexpr size_t max_total = kDecodeSmemPerBlock;
   static constexpr size_t total(int split_entries) { return idx_off + size_t(split_entries) * 4; }
-  static_assert(vt_bytes >= size_t(kHeads) * kLatentDim * 4, "the final output is staged in a V^T buffer");
+  static_assert(vt_bytes >= size_t(kHeads) * kLatentDim * 4, "warpgroup 1 hands its O^T over in its V^T buffer");
 };
 static_assert(H16WgSmem::total(kDecodeH16MaxSplitEntries) <= H16WgSmem::max_total);
 
@@ -248,6 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   uint8_t* sVt = smem + wg * Smem::vt_bytes;
   uint8_t* sP = smem + Smem::p_off + wg * Smem::p_bytes;
   float* sRed = reinterpret_cast<float*>(smem + Smem::red_off) + wg * 4 * kHeads;
+  int* sVote = reinterpret_cast<int*>(smem + Smem::vote_off) + wg * 4;
   // stmatrix: lane 8i + j writes row j of matrix i's transpose; matrix i = 2 c + e covers entries
   // 8 e.. of the warp's 16 and the fragment slot (V^T) or head block (P^T) c.
   const uint32_t st_lane = ((lane >> 4) * 8 + 2 * warp + ((lane >> 3) & 1)) * kCore + 16 * (lane & 7);
@@ -388,7 +390,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
         moves |= s[j][i] > m[hh] + kLazyRescaleLog2;
       }
     float m_use[4];
-    if (ptx::named_barrier_or(bar_id, 128, moves)) {
+    // The warpgroup's vote: a flag per warp and a named barrier. (bar.red.or would do it in one
+    // instruction, but compute-sanitizer's racecheck then misreads the later __syncthreads phases
+    // of a CTA whose warpgroups ran different numbers of tiles and reports false races.)
+    const bool warp_moves = __any_sync(0xFFFFFFFFu, moves);
+    if (lane == 0) sVote[warp] = warp_moves;
+    ptx::named_barrier_sync(bar_id, 128);
+    if (sVote[0] | sVote[1] | sVote[2] | sVote[3]) {
       // Rare (the first tiles): the warpgroup's maximum per head moves the references.
       float mx[4];
 #pragma unroll
@@ -453,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     if (g == 0) sRed[warp * kHeads + 8 * (hh / 2) + 2 * t4 + hh % 2] = l[hh];
   }
   ptx::named_barrier_sync(bar_id, 128);
-  float* sHead = reinterpret_cast<float*>(smem + Smem::head_off);  // m and l of warpgroup 1, then LSE
+  float* sHead = reinterpret_cast<float*>(smem + Smem::head_off);  // m and l of warpgroup 1
   float4* sO1 = reinterpret_cast<float4*>(smem + Smem::vt_bytes);  // warpgroup 1's O^T
 #pragma unroll
   for (int hh = 0; hh < 4; ++hh) {
@@ -471,8 +479,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
       for (int j = 0; j < 2; ++j) sO1[(2 * mt + j) * 128 + wtid] = make_float4(o[mt][j][0], o[mt][j][1], o[mt][j][2], o[mt][j][3]);
   }
   __syncthreads();
-  float* sOut = reinterpret_cast<float*>(smem);  // [head][512 dims], in warpgroup 0's V^T buffer
   if (wg == 0) {
+    // Merge with warpgroup 1 and store: O^T values (i, i + 2) of a head are dims d, d + 1.
     float f0[4], f1[4];
 #pragma unroll
     for (int hh = 0; hh < 4; ++hh) {
@@ -485,10 +493,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
       const float inv = total > 0.0f ? 1.0f / total : 0.0f;
       f0[hh] = a0 * inv;
       f1[hh] = a1 * inv;
-      if (warp == 0 && g == 0) sHead[2 * kHeads + h] = total > 0.0f ? mm + log2f(total) : -INFINITY;
+      if (warp == 0 && g == 0 && h < heads_here) {
+        const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
+        const float lse2 = total > 0.0f ? mm + log2f(total) : -INFINITY;
+        if (p.splits == 1) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
+        else p.part_lse[rh * p.splits + split] = lse2;
+      }
     }
-    // O^T row 64 mt + 16 warp + g + 8 (i / 2) is logical_dim(4 mt + warp, g + 8 (i / 2)): the
-    // thread's part plus a constant per (mt, i).
+    // O^T row 64 mt + 16 warp + g + 8 c is logical_dim(4 mt + warp, g + 8 c) = out_dim(mt, warp, g, c).
     const int out_dim0 = out_dim(0, warp, g, 0);
 #pragma unroll
     for (int mt = 0; mt < kChunks; ++mt)
@@ -497,34 +509,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
         const float4 x = sO1[(2 * mt + j) * 128 + wtid];
         const float x1[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int hh = 2 * j + i % 2, h = 8 * j + 2 * t4 + i % 2;
-          sOut[h * kLatentDim + out_dim0 + out_dim(mt, 0, 0, i / 2)] = o[mt][j][i] * f0[hh] + x1[i] * f1[hh];
+        for (int b = 0; b < 2; ++b) {
+          const int hh = 2 * j + b, h = 8 * j + 2 * t4 + b;
+          if (h >= heads_here) continue;
+          const float v0 = o[mt][j][b] * f0[hh] + x1[b] * f1[hh], v1 = o[mt][j][b + 2] * f0[hh] + x1[b + 2] * f1[hh];
+          const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
+          const int d = out_dim0 + out_dim(mt, 0, 0, 0);
+          if (p.splits == 1) *reinterpret_cast<uint32_t*>(p.out + rh * kLatentDim + d) = ptx::pack_bf16x2(v0, v1);
+          else *reinterpret_cast<float2*>(p.part_out + (rh * p.splits + split) * kLatentDim + d) = make_float2(v0, v1);
         }
       }
-  }
-  __syncthreads();
-
-  // Store: 8 dims per thread and step, in dim order.
-  for (int item = tid; item < heads_here * (kLatentDim / 8); item += kThreads) {
-    const int h = item / (kLatentDim / 8), d0 = 8 * (item % (kLatentDim / 8));
-    const float4 v0 = *reinterpret_cast<const float4*>(sOut + h * kLatentDim + d0);
-    const float4 v1 = *reinterpret_cast<const float4*>(sOut + h * kLatentDim + d0 + 4);
-    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
-    if (p.splits == 1) {
-      *reinterpret_cast<uint4*>(p.out + rh * kLatentDim + d0) =
-          make_uint4(ptx::pack_bf16x2(v0.x, v0.y), ptx::pack_bf16x2(v0.z, v0.w), ptx::pack_bf16x2(v1.x, v1.y), ptx::pack_bf16x2(v1.z, v1.w));
-    } else {
-      float4* dst = reinterpret_cast<float4*>(p.part_out + (rh * p.splits + split) * kLatentDim + d0);
-      dst[0] = v0;
-      dst[1] = v1;
-    }
-  }
-  if (tid < heads_here) {
-    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + tid;
-    const float lse2 = sHead[2 * kHeads + tid];
-    if (p.splits == 1) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
-    else p.part_lse[rh * p.splits + split] = lse2;
   }
 #endif
 }
