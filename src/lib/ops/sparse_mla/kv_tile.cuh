@@ -128,6 +128,12 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
+// Both 16-head kernels put the pairs of codec::e2m1x8_to_bf16_pairs straight into MMA fragments:
+// a lane's 32-dim block (16 bytes of nibbles) feeds 8 k16 steps kk, two fragment registers
+// (`slot`: k rows 2c, 2c + 1 or 2c + 8, 2c + 9 of lane c) each. The dim within the block of step
+// kk, register `slot` and pair half `h` is that of pair e = 2 (kk % 2) + slot of the block's
+// word kk / 2, whose halves are nibbles e and e + 4.
+__host__ __device__ constexpr int perm_dim(int kk, int slot, int h) { return 8 * (kk / 2) + 2 * (kk % 2) + slot + 4 * h; }
 // Two E4M3 bytes (low half of `b`) to a BF16 pair (exact: E4M3 is a subset of BF16).
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t b) {
   const float2 f = e4m3x2_to_float2(b);

@@ -80,11 +80,6 @@ struct H16Smem {
   static_assert((total + kDecodeSmemReservedPerCta) * kH16MinCtas <= kDecodeSmemPerSm);
 };
 
-// Dim, within a lane's 32-dim block, of latent k step kk, fragment register `slot` (k rows
-// 2c, 2c + 1 or 2c + 8, 2c + 9 of lane c) and half `h` of the BF16 pair: the pair (e, e + 4) of
-// 8-dim chunk kk / 2 with e = 2 (kk % 2) + slot, which is how codec::e2m1x8_to_bf16_pairs
-// unpacks a word.
-__host__ __device__ constexpr int perm_dim(int kk, int slot, int h) { return 8 * (kk / 2) + 2 * (kk % 2) + slot + 4 * h; }
 
 template <class F>
 __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_kernel(const DecodeParams p) {

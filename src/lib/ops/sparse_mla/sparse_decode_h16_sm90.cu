@@ -17,8 +17,9 @@
 // In a warpgroup, warp w owns entries 16w..16w+15 of a tile (rows g and g + 8 of the A layout)
 // and lane quad position t4 a 32-dim block of each 128-dim latent slab, 16 RoPE dims, and the
 // two group scales of each block. Each thread loads its share of its two records straight from
-// global memory into registers one tile ahead (no shared-memory staging, no copy pipeline), and
-// reloads each part as soon as it has been dequantized.
+// global memory into registers one tile ahead and reloads each part as soon as it has been
+// dequantized (no raw-record stages in shared memory; only the split's indices and the records'
+// fp32 outer-scale fields go through it).
 //
 // Values: the latent enters the MMAs as e2m1 * d * 2^-8 (exact in BF16, codec.h); the outer
 // scale (token or layer) times 2^8 multiplies each entry's latent score and its weights, the FP8
@@ -76,7 +77,6 @@ struct H16WgSmem {
 };
 static_assert(H16WgSmem::total(kDecodeH16MaxSplitEntries) <= H16WgSmem::max_total);
 
-__host__ __device__ constexpr int perm_dim(int kk, int slot, int h) { return 8 * (kk / 2) + 2 * (kk % 2) + slot + 4 * h; }
 // The dim of logical k index k (0..15) of k16 step s (0..35).
 __host__ __device__ constexpr int logical_dim(int s, int k) {
   const int c = k / 8, j = k % 8;
