@@ -1,7 +1,8 @@
 #pragma once
 // Pieces shared by the sparse decode kernels (sparse_decode.cu: portable and sm_90
-// warp-specialized; sparse_decode_h16.cu: 16-head register-fed): launch parameters, the top-k
-// index and raw-record copies, the online softmax of a 16-row block and the final row totals.
+// warp-specialized; sparse_decode_h16.cu and sparse_decode_h16_sm90.cu: 16 heads): launch
+// parameters, the top-k index and raw-record copies, the online softmax of a 16-row block and the
+// final row totals.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -12,6 +12,8 @@
 //   4. O += P V: each warp accumulates 512/PARTS output dims of its 16 heads.
 // sm_90 kernel (64-head groups, wgmma, warp-specialized; 128 heads as 2-CTA clusters): see the
 // comment above sparse_decode_ws_kernel.
+// 16-head groups of NVFP4 records run kernels of their own: sparse_decode_h16_sm90.cu (wgmma,
+// sm_90) and sparse_decode_h16.cu (mma.sync, elsewhere).
 // Splits write fp32 partials (normalized output and base-2 LSE); a merge kernel combines them.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -1,5 +1,6 @@
 // 16-head sparse decode for NVFP4 records with the dequantization fed straight into registers
-// (portable: mma.sync, movmatrix, cp.async; sm_80 and later).
+// (portable: mma.sync, movmatrix, cp.async; sm_80 and later). On sm_90 the wgmma kernel of
+// sparse_decode_h16_sm90.cu runs instead (NVFP4MLA_DEBUG_H16_MMA_SYNC=1 selects this one there).
 //
 // One CTA = one query row x 16 heads x one split, four warps. Warp w owns latent dims
 // [128w, 128w + 128) and RoPE dims [16w, 16w + 16) of every entry. Per sub-tile of kH16Sub (32)
