@@ -47,6 +47,8 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
       const auto q = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, 16, topk, 132);
       EXPECT_TRUE(q.splits == 1 || q.tiles_per_split % kDecodeH16TileTiles == 0) << rows << " " << topk;
     }
+  // (Only they have that cap: 128 heads with an odd tile count keeps its single split.)
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2080, 132, 1).splits, 1);
   // ... and at most kDecodeH16MaxSplitEntries (their indices are staged in shared memory), even
   // when a single split would be the estimate's choice or is forced.
   for (int forced : {0, 1})

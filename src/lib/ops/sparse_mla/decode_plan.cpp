@@ -38,9 +38,9 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
                                                                                           : 1;
   auto tiles_per_split = [&](int s) { return ((p.num_tiles + s - 1) / s + split_tiles - 1) / split_tiles * split_tiles; };
   // The 16-head NVFP4 kernels hold a split's indices in shared memory.
-  const int max_split_tiles = decode_uses_h16_kernel(spec, p.head_group) ? kDecodeH16MaxSplitEntries / p.tile_tokens : p.num_tiles;
   int min_splits = 1;
-  while (tiles_per_split(min_splits) > max_split_tiles) ++min_splits;
+  if (decode_uses_h16_kernel(spec, p.head_group))
+    while (tiles_per_split(min_splits) * p.tile_tokens > kDecodeH16MaxSplitEntries) ++min_splits;
   int splits = 1;
   if (forced_splits > 0) {
     splits = std::clamp(forced_splits, std::min(min_splits, max_splits), max_splits);

@@ -9,6 +9,11 @@
 
 namespace nvfp4mla::cuda {
 
+// X(rope, mode) for each nvfp4_ds_mla format (the ones with_record_format accepts), for kernels
+// instantiated only for NVFP4 records.
+#define NVFP4MLA_FOR_EACH_NVFP4_FORMAT(X) \
+  X(fp8, implicit) X(fp8, static_calibrated) X(fp8, dynamic) X(bf16, implicit) X(bf16, static_calibrated)
+
 template <class Fn>
 void with_record_format(const RecordSpec& spec, const char* who, Fn&& fn) {
   using D = CacheDtype;

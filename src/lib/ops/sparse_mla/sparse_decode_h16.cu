@@ -34,6 +34,7 @@
 
 #include "device/cuda_check.h"
 #include "ops/sparse_mla/decode_common.cuh"
+#include "ops/sparse_mla/format_dispatch.cuh"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
 
@@ -408,11 +409,7 @@ void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStr
 #define NVFP4MLA_H16_FORMAT(R, M) \
   template void launch_decode_h16<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::R, ScaleMode::M>>( \
       const DecodeParams&, int, int, cudaStream_t);
-NVFP4MLA_H16_FORMAT(fp8, implicit)
-NVFP4MLA_H16_FORMAT(fp8, static_calibrated)
-NVFP4MLA_H16_FORMAT(fp8, dynamic)
-NVFP4MLA_H16_FORMAT(bf16, implicit)
-NVFP4MLA_H16_FORMAT(bf16, static_calibrated)
+NVFP4MLA_FOR_EACH_NVFP4_FORMAT(NVFP4MLA_H16_FORMAT)
 #undef NVFP4MLA_H16_FORMAT
 
 }  // namespace nvfp4mla::cuda

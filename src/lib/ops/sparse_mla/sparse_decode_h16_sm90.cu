@@ -38,6 +38,7 @@
 #include "device/cuda_check.h"
 #include "nvfp4mla/error.h"
 #include "ops/sparse_mla/decode_common.cuh"
+#include "ops/sparse_mla/format_dispatch.cuh"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
 #include "ops/sparse_mla/wgmma_sm90.cuh"
@@ -86,14 +87,14 @@ __host__ __device__ constexpr int logical_dim(int s, int k) {
 
 // The closed forms the kernel uses instead of logical_dim, checked against it at compile time:
 // where Q staging puts dim 8 cd + j of head 0, and the dim of O^T row 64 mt + 16 w + g + 8 c.
-constexpr int q_stage_offset(int cd, int j) {
+__host__ __device__ constexpr int q_stage_offset(int cd, int j) {
   constexpr int kPairOffset[4] = {0, kCore, 4 * kCore, 5 * kCore};
   if (cd < kLatentDim / 8)
     return (8 * (cd / 16) + 2 * (cd % 4)) * 4 * kCore + 4 * ((cd / 4) % 4) + kPairOffset[j % 4] + 2 * (j / 4);
   const int r = cd - kLatentDim / 8;
   return (kLatentSteps + 2 * (r % 2)) * 4 * kCore + 4 * (r / 2) + kPairOffset[j / 2] + 2 * (j % 2);
 }
-constexpr int out_dim(int mt, int w, int g, int c) { return 8 * (w / 2) + 2 * (w % 2) + 32 * (g / 2) + 4 * (g % 2) + 128 * (mt / 2) + 16 * (mt % 2) + c; }
+__host__ __device__ constexpr int out_dim(int mt, int w, int g, int c) { return 8 * (w / 2) + 2 * (w % 2) + 32 * (g / 2) + 4 * (g % 2) + 128 * (mt / 2) + 16 * (mt % 2) + c; }
 constexpr bool closed_forms_match() {
   for (int s = 0; s < kQSteps; ++s)
     for (int k = 0; k < 16; ++k) {
@@ -114,17 +115,25 @@ static_assert(closed_forms_match());
 // cp.async instead: copy_outer_scales.)
 template <class F>
 struct RecordShare {
-  static constexpr int kRopeWords = F::spec.rope == RopeEncoding::fp8 ? 1 : 2;
+  // A lane's 16 of the 64 RoPE values (FP8 or BF16) in 16-byte words.
+  static constexpr int kRopeWords = (F::kRecordBytes - layout::nvfp4::kRopeOffset) / 4 / 16;
   uint4 latent[kSlabs];
   uint32_t scales[kSlabs];
   uint4 rope[kRopeWords];
 };
 
+// Where a lane's share lies in the record (format.h layout): its 32-dim block of slab `slab` is
+// kLaneBlockBytes of nibbles and kLaneGroups consecutive E4M3 group scales.
+constexpr int kLaneDims = 128 / 4, kLaneBlockBytes = kLaneDims / 2, kLaneGroups = kLaneDims / layout::nvfp4::kGroupSize;
+static_assert(kLaneBlockBytes == 16 && kLaneGroups == 2, "a lane's block is one 16-byte load and one 16-bit scale pair");
+static_assert(4 * kLaneDims == 128 && kSlabs * 128 == kLatentDim);
 template <class F>
 __device__ __forceinline__ void load_latent(RecordShare<F>& r, const uint8_t* rec, bool valid, int slab, int t4) {
   namespace L = layout::nvfp4;
-  r.latent[slab] = valid ? __ldg(reinterpret_cast<const uint4*>(rec + L::kLatentOffset + 64 * slab + 16 * t4)) : make_uint4(0, 0, 0, 0);
-  r.scales[slab] = valid ? __ldg(reinterpret_cast<const uint16_t*>(rec + L::kGroupScaleOffset + 8 * slab + 2 * t4)) : 0u;
+  // The lane's block is block 4 slab + t4 of the latent's 16.
+  r.latent[slab] = valid ? __ldg(reinterpret_cast<const uint4*>(rec + L::kLatentOffset + 4 * kLaneBlockBytes * slab + kLaneBlockBytes * t4))
+                         : make_uint4(0, 0, 0, 0);
+  r.scales[slab] = valid ? __ldg(reinterpret_cast<const uint16_t*>(rec + L::kGroupScaleOffset + 4 * kLaneGroups * slab + kLaneGroups * t4)) : 0u;
 }
 template <class F>
 __device__ __forceinline__ void load_rope(RecordShare<F>& r, const uint8_t* rec, bool valid, int t4) {
@@ -214,9 +223,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   for (int i = tid; i < num_tiles * kTile; i += kThreads)
     sIdx[i] = split_begin + i < split_end ? __ldg(row_indices + split_begin + i) : -1;
   auto staged_index_of = [&](int t, int e) -> int32_t { return t < num_tiles ? sIdx[pos_of(t, e) - split_begin] : -1; };
-  // Q's chunk of dims 8c'..8c'+7 of one head lands as four BF16 pairs at the same four offsets
-  // from a per-chunk base (logical_dim, inverted): latent pairs (0,4) (1,5) (2,6) (3,7), RoPE
-  // pairs (0,1) (2,3) (4,5) (6,7).
+  // Q's chunk of dims 8c'..8c'+7 of one head lands as four BF16 pairs (q_stage_offset):
+  // latent pairs (0,4) (1,5) (2,6) (3,7), RoPE pairs (0,1) (2,3) (4,5) (6,7).
   uint8_t* sQ = smem + Smem::q_off;
 #pragma unroll
   for (int i = 0; i < kQPerThread; ++i) {
@@ -542,11 +550,7 @@ void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cu
 #define NVFP4MLA_H16_SM90_FORMAT(R, M) \
   template void launch_decode_h16_sm90<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::R, ScaleMode::M>>( \
       const DecodeParams&, int, int, cudaStream_t);
-NVFP4MLA_H16_SM90_FORMAT(fp8, implicit)
-NVFP4MLA_H16_SM90_FORMAT(fp8, static_calibrated)
-NVFP4MLA_H16_SM90_FORMAT(fp8, dynamic)
-NVFP4MLA_H16_SM90_FORMAT(bf16, implicit)
-NVFP4MLA_H16_SM90_FORMAT(bf16, static_calibrated)
+NVFP4MLA_FOR_EACH_NVFP4_FORMAT(NVFP4MLA_H16_SM90_FORMAT)
 #undef NVFP4MLA_H16_SM90_FORMAT
 
 }  // namespace nvfp4mla::cuda
