@@ -2,6 +2,13 @@
 // GPU benchmarks of the decode kernel and the cache writer, with the device ceilings (copy
 // bandwidth, BF16 matrix rate through cuBLAS) measured in the same run. Timing: CUDA events
 // around each launch, warm-up first, L2 flushed before every timed iteration, medians.
+//
+// The flush streams through a 512 MB buffer. By default it reads it, which leaves the 60 MB L2
+// full of clean lines of that buffer; writing it instead (cudaMemset, as nvbench and triton's
+// do_bench do) leaves it full of dirty lines, whose write-back to DRAM then runs during the timed
+// kernel: on the H200 the plain gather of 128 x 2048 records took 44.6-45.1 us after a write
+// flush and 36.5-38.2 us after a read flush (docs/PERF.md, eleventh session). Both are offered;
+// results say which one was used.
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -50,9 +57,13 @@ struct WriteResult {
   double frac_copy = 0;
 };
 
+enum class L2Flush { read, write };
+const char* to_string(L2Flush f);
+
 struct Options {
   int warmup = 3;
   int iters = 20;
+  L2Flush l2_flush = L2Flush::read;
   std::function<void(const std::string&)> progress;  // optional progress callback
 };
 

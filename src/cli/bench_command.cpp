@@ -24,6 +24,7 @@ struct BenchFlags {
   int64_t capacity = int64_t(1) << 20;
   int64_t tokens = 1 << 20;
   int warmup = 3, iters = 20;
+  std::string l2_flush = "read";
   std::string json_path;
 };
 
@@ -54,6 +55,10 @@ void add_common(CLI::App* cmd, BenchFlags& f) {
   cmd->add_flag("--all-formats", f.all_formats, "every format and scale mode");
   cmd->add_option("--warmup", f.warmup, "warm-up launches")->check(CLI::Range(0, 1000));
   cmd->add_option("--iters", f.iters, "timed launches (median reported)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--l2-flush", f.l2_flush,
+                  "how L2 is flushed before each timed launch: read a 512 MB buffer (clean L2, default) or write it "
+                  "(dirty L2, whose write-back overlaps the kernel)")
+      ->check(CLI::IsMember({"read", "write"}));
   cmd->add_option("--json", f.json_path, "write every number as JSON to this file");
 }
 
@@ -61,17 +66,19 @@ bench::Options options_of(const BenchFlags& f) {
   bench::Options o;
   o.warmup = f.warmup;
   o.iters = f.iters;
+  o.l2_flush = f.l2_flush == "write" ? bench::L2Flush::write : bench::L2Flush::read;
   o.progress = [](const std::string& s) { std::fprintf(stderr, "  running %s ...\n", s.c_str()); };
   return o;
 }
 
-nlohmann::json ceilings_json(const bench::Ceilings& c) {
-  return {{"device", c.device}, {"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}};
+nlohmann::json ceilings_json(const bench::Ceilings& c, const bench::Options& o) {
+  return {{"device", c.device}, {"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"l2_flush", bench::to_string(o.l2_flush)}};
 }
 
-void print_ceilings(const bench::Ceilings& c) {
-  std::printf("device: %s\nceilings (measured now): copy %.0f GB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n\n",
-              c.device.c_str(), c.copy_gbps, c.bf16_tflops);
+void print_ceilings(const bench::Ceilings& c, const bench::Options& o) {
+  std::printf("device: %s\nceilings (measured now): copy %.0f GB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n"
+              "timing: median of %d launches after %d warm-up, L2 flushed before each by a 512 MB %s\n\n",
+              c.device.c_str(), c.copy_gbps, c.bf16_tflops, o.iters, o.warmup, o.l2_flush == bench::L2Flush::read ? "read" : "write");
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -102,12 +109,12 @@ void run_decode_bench(const BenchFlags& f) {
   const auto opt = options_of(f);
   const auto ceil = bench::measure_ceilings(opt);
   const auto res = bench::run_decode(cases, ceil, opt);
-  print_ceilings(ceil);
+  print_ceilings(ceil, opt);
   std::printf("cache of %lld slots; gather us: a plain kernel reading the same records once (%%gather = its time / ours)\n",
               static_cast<long long>(f.capacity));
   std::printf("%-26s %5s %5s %6s %6s %10s %9s %9s %7s %7s %9s %8s\n", "format", "rows", "heads", "topk", "splits",
               "median us", "TFLOP/s", "GB/s", "%MMA", "%copy", "gather us", "%gather");
-  nlohmann::json j = {{"ceilings", ceilings_json(ceil)}, {"decode", nlohmann::json::array()}};
+  nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"decode", nlohmann::json::array()}};
   for (const auto& r : res) {
     std::printf("%-26s %5d %5d %6d %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%% %9.1f %7.1f%%%s\n", spec_name(r.c.spec).c_str(),
                 r.c.rows, r.c.heads, r.c.topk, r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
@@ -127,9 +134,9 @@ void run_write_bench(const BenchFlags& f) {
   const auto opt = options_of(f);
   const auto ceil = bench::measure_ceilings(opt);
   const auto res = bench::run_write(cases, ceil, opt);
-  print_ceilings(ceil);
+  print_ceilings(ceil, opt);
   std::printf("%-26s %9s %10s %9s %7s\n", "format", "tokens", "median us", "GB/s", "%copy");
-  nlohmann::json j = {{"ceilings", ceilings_json(ceil)}, {"write", nlohmann::json::array()}};
+  nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"write", nlohmann::json::array()}};
   for (const auto& r : res) {
     std::printf("%-26s %9lld %10.1f %9.0f %6.1f%%\n", spec_name(r.c.spec).c_str(), static_cast<long long>(r.c.tokens),
                 r.median_us, r.gbps, 100 * r.frac_copy);

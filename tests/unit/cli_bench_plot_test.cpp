@@ -1,4 +1,5 @@
-// nvfp4mla bench plot: figures from small bench JSON files, and clear errors for bad files.
+// nvfp4mla bench plot: figures from small bench JSON files, and clear errors for bad files; the
+// bench commands' own flags are checked before any GPU work.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -88,6 +89,12 @@ TEST(CliBenchPlot, BadFilesNameTheFileAndField) {
   // A good file first does not hide a bad one after it, and nothing is written.
   dir.write("decode.json", decode_file().dump());
   expect_cli_error(dir, "bench plot --json decode.json --json no_median.json --out figs", "no_median.json");
+}
+
+TEST(CliBench, UnknownL2FlushIsRejectedBeforeAnyGpuWork) {
+  TempDir dir;
+  for (const char* cmd : {"decode", "write", "extend"})
+    expect_cli_error(dir, std::string("bench ") + cmd + " --l2-flush sometimes --json out.json", "--l2-flush");
 }
 
 #endif

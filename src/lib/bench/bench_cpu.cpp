@@ -2,6 +2,10 @@
 #include "nvfp4mla/bench.h"
 #include "nvfp4mla/error.h"
 
+namespace nvfp4mla::bench {
+const char* to_string(L2Flush f) { return f == L2Flush::read ? "read" : "write"; }
+}  // namespace nvfp4mla::bench
+
 #if !defined(NVFP4MLA_WITH_CUDA)
 namespace nvfp4mla::bench {
 static Error no_cuda() { return Error("benchmarks need the CUDA build of nvfp4mla and a GPU"); }

@@ -55,6 +55,8 @@ __device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, 
 __device__ __forceinline__ void cp_async_4_zfill(void* smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
 }
+// Fetch the 128-byte line holding `p` into L2 (no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // Wait until at most `kPending` of this thread's committed groups are still in flight.

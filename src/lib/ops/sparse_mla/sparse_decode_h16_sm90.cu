@@ -54,6 +54,9 @@ constexpr int kRopeSteps = kRopeDim / 16;          // 4
 constexpr int kQSteps = kLatentSteps + kRopeSteps; // 36
 constexpr int kChunks = kLatentSteps / 4;          // latent chunks of 4 k steps = one output M tile each
 constexpr int kSlabs = kLatentDim / 128;           // 4: a lane quad splits each 128-dim slab
+// The records of the warpgroup's tile after next go to L2 at the top of each tile (prefetch), so
+// that their register loads a tile later find them there.
+constexpr int kPrefetchTiles = 2;
 constexpr int kCore = 128;                         // bytes of an 8x8 BF16 core matrix
 constexpr int kPlannerTile = decode_tile_config(16).tile_tokens;
 static_assert(kTile % kPlannerTile == 0 && kTile / kPlannerTile == kDecodeH16TileTiles);
@@ -127,20 +130,43 @@ struct RecordShare {
 constexpr int kLaneDims = 128 / 4, kLaneBlockBytes = kLaneDims / 2, kLaneGroups = kLaneDims / layout::nvfp4::kGroupSize;
 static_assert(kLaneBlockBytes == 16 && kLaneGroups == 2, "a lane's block is one 16-byte load and one 16-bit scale pair");
 static_assert(4 * kLaneDims == 128 && kSlabs * 128 == kLatentDim);
+// Record words are loaded with plain (weak) global loads, and each group of the next tile's loads
+// is followed by pin_loads(), a warp barrier. ptxas placed read-only (ld.global.nc) loads whose
+// results are used only in the next iteration at the end of the loop body, below the last score
+// MMA (all 18 of them, wherever the source issued them), which left them only the softmax to land
+// in; a weak load cannot move past a barrier, so it stays where the source issues it, right after
+// the part it replaces has been dequantized. Masked entries read nothing and give zeros.
+__device__ __forceinline__ uint4 load_pinned_v4(const void* src, bool valid) {
+  uint4 r = make_uint4(0, 0, 0, 0);
+#ifdef NVFP4MLA_WGMMA
+  asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
+               : "+r"(r.x), "+r"(r.y), "+r"(r.z), "+r"(r.w)
+               : "l"(src), "r"(static_cast<int>(valid)));
+#endif
+  return r;
+}
+__device__ __forceinline__ uint32_t load_pinned_u16(const void* src, bool valid) {
+  uint32_t r = 0;
+#ifdef NVFP4MLA_WGMMA
+  asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q ld.global.u16 %0, [%1];\n}\n" : "+r"(r) : "l"(src), "r"(static_cast<int>(valid)));
+#endif
+  return r;
+}
+__device__ __forceinline__ void pin_loads() { __syncwarp(); }
+
 template <class F>
 __device__ __forceinline__ void load_latent(RecordShare<F>& r, const uint8_t* rec, bool valid, int slab, int t4) {
   namespace L = layout::nvfp4;
   // The lane's block is block 4 slab + t4 of the latent's 16.
-  r.latent[slab] = valid ? __ldg(reinterpret_cast<const uint4*>(rec + L::kLatentOffset + 4 * kLaneBlockBytes * slab + kLaneBlockBytes * t4))
-                         : make_uint4(0, 0, 0, 0);
-  r.scales[slab] = valid ? __ldg(reinterpret_cast<const uint16_t*>(rec + L::kGroupScaleOffset + 4 * kLaneGroups * slab + kLaneGroups * t4)) : 0u;
+  r.latent[slab] = load_pinned_v4(rec + L::kLatentOffset + 4 * kLaneBlockBytes * slab + kLaneBlockBytes * t4, valid);
+  r.scales[slab] = load_pinned_u16(rec + L::kGroupScaleOffset + 4 * kLaneGroups * slab + kLaneGroups * t4, valid);
 }
 template <class F>
 __device__ __forceinline__ void load_rope(RecordShare<F>& r, const uint8_t* rec, bool valid, int t4) {
   namespace L = layout::nvfp4;
   const uint4* src = reinterpret_cast<const uint4*>(rec + L::kRopeOffset) + RecordShare<F>::kRopeWords * t4;
 #pragma unroll
-  for (int i = 0; i < RecordShare<F>::kRopeWords; ++i) r.rope[i] = valid ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < RecordShare<F>::kRopeWords; ++i) r.rope[i] = load_pinned_v4(src + i, valid);
 }
 // The fp32 RoPE and token scales of entry e (where the format has them) into the thread's slot
 // {rope e0, token e0, rope e1, token e1}, by cp.async (zeros for a masked entry). Loaded into
@@ -176,7 +202,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   extern __shared__ __align__(128) uint8_t smem[];
   const int row = blockIdx.x, head0 = blockIdx.y * kHeads, split = blockIdx.z;
   const int heads_here = min(kHeads, p.heads - head0);
-  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  // The warpgroup index comes through a shuffle from lane 0 so that ptxas knows it is warp-uniform
+  // and keeps the shared-memory descriptors that depend on it in uniform registers (computed per
+  // thread, they cost 2 R2UR per descriptor and MMA: 257 R2UR in the loop, 13% of its instructions).
+  const int tid = threadIdx.x, wg = __shfl_sync(0xFFFFFFFFu, tid >> 7, 0), wtid = tid & 127, warp = wtid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int len = row_length(p, row);
   const int split_begin = split * p.tiles_per_split * kPlannerTile;
   const int split_end = min(min(p.num_tiles, (split + 1) * p.tiles_per_split) * kPlannerTile, len);
@@ -286,12 +315,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     for (int mt = 0; mt < kChunks; ++mt) wgmma::fence_operand(o[mt]);
     wgmma::fence();
 #pragma unroll
-    for (int mt = 0; mt < kChunks; ++mt)
+    for (int mt = 0; mt < kChunks; ++mt) {
 #pragma unroll
       for (int ke = 0; ke < kTile / 16; ++ke)
         wgmma::m64n16k16_ss(o[mt], wgmma::desc_advance(vt_desc, mt * 64 * kCore + ke * 2 * kCore),
                             wgmma::desc_advance(p_desc, ke * 2 * kCore));
-    wgmma::commit();
+      if (mt == kChunks / 2 - 1 || mt == kChunks - 1) wgmma::commit();  // two groups: M tiles 0-3, 4-7
+    }
   };
 
   for (int t = wg; t < num_tiles; t += kWarpgroups) {
@@ -304,6 +334,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
       const int32_t idx = staged_index_of(t + kWarpgroups, e);
       next_valid[e] = idx >= 0 && idx < p.capacity;
       next_rec[e] = record_of(next_valid[e] ? idx : -1);
+    }
+    // The records kPrefetchTiles tiles of this warpgroup ahead into L2 (prefetch, no register): a
+    // lane quad touches every 128-byte line of each of its records.
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int32_t idx = staged_index_of(t + kPrefetchTiles * kWarpgroups, e);
+      constexpr int kPoints = (F::kRecordBytes - 1 + 127) / 128 + 1;
+      if (idx >= 0 && idx < p.capacity)
+        for (int i = t4; i < kPoints; i += 4) ptx::prefetch_l2(record_of(idx) + i * (F::kRecordBytes - 1) / (kPoints - 1));
     }
     // The next tile's outer-scale fields go out, this tile's (copied a tile ago) come in.
     const int buf = (t / kWarpgroups) % 2;
@@ -360,13 +399,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
       if (half == 1) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) load_latent(share[e], next_rec[e], next_valid[e], slab, t4);
+        pin_loads();
       }
-      // At most the previous chunk still runs: the chunk before it released its registers and the
-      // previous tile's output product has finished reading V^T and P^T.
-      wgmma::wait<1>();
+      // Chunk 0 waits only for the previous tile's output group of M tiles 0-3 (it overwrites M
+      // tile 0 of V^T); from chunk 1 on at most the previous chunk still runs: the chunk before it
+      // released its registers, and the second output group and the RoPE product have finished.
+      if (c == 0) wgmma::wait<2>();
+      else wgmma::wait<1>();
       if (c == 1) {  // the RoPE product has finished with the registers (bf16 RoPE words are its A fragments)
 #pragma unroll
         for (int e = 0; e < 2; ++e) load_rope(share[e], next_rec[e], next_valid[e], t4);
+        pin_loads();
       }
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
