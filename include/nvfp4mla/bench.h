@@ -61,6 +61,11 @@ enum class L2Flush { read, write };
 const char* to_string(L2Flush f);
 
 struct Options {
+  // Before anything is timed the device is kept busy for warmup_seconds (measure_ceilings does
+  // it): on the H200 the same decode case measured again and again in one process ran 10-18%
+  // slower in the process's first seconds than after them (docs/PERF.md, eleventh session);
+  // `warmup` launches then precede each case's timed ones.
+  double warmup_seconds = 5.0;
   int warmup = 3;
   int iters = 20;
   L2Flush l2_flush = L2Flush::read;

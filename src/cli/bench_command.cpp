@@ -24,6 +24,7 @@ struct BenchFlags {
   int64_t capacity = int64_t(1) << 20;
   int64_t tokens = 1 << 20;
   int warmup = 3, iters = 20;
+  double warmup_seconds = 5.0;
   std::string l2_flush = "read";
   std::string json_path;
 };
@@ -54,6 +55,8 @@ void add_common(CLI::App* cmd, BenchFlags& f) {
   cmd->add_option("--scale-mode", f.scale_mode, "implicit | static | dynamic (nvfp4)");
   cmd->add_flag("--all-formats", f.all_formats, "every format and scale mode");
   cmd->add_option("--warmup", f.warmup, "warm-up launches")->check(CLI::Range(0, 1000));
+  cmd->add_option("--warmup-seconds", f.warmup_seconds, "seconds the GPU is kept busy before anything is timed")
+      ->check(CLI::Range(0.0, 600.0));
   cmd->add_option("--iters", f.iters, "timed launches (median reported)")->check(CLI::Range(1, 100000));
   cmd->add_option("--l2-flush", f.l2_flush,
                   "how L2 is flushed before each timed launch: read a 512 MB buffer (clean L2, default) or write it "
@@ -66,19 +69,20 @@ bench::Options options_of(const BenchFlags& f) {
   bench::Options o;
   o.warmup = f.warmup;
   o.iters = f.iters;
+  o.warmup_seconds = f.warmup_seconds;
   o.l2_flush = f.l2_flush == "write" ? bench::L2Flush::write : bench::L2Flush::read;
   o.progress = [](const std::string& s) { std::fprintf(stderr, "  running %s ...\n", s.c_str()); };
   return o;
 }
 
 nlohmann::json ceilings_json(const bench::Ceilings& c, const bench::Options& o) {
-  return {{"device", c.device}, {"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"l2_flush", bench::to_string(o.l2_flush)}};
+  return {{"device", c.device}, {"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"l2_flush", bench::to_string(o.l2_flush)}, {"warmup_seconds", o.warmup_seconds}};
 }
 
 void print_ceilings(const bench::Ceilings& c, const bench::Options& o) {
   std::printf("device: %s\nceilings (measured now): copy %.0f GB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n"
-              "timing: median of %d launches after %d warm-up, L2 flushed before each by a 512 MB %s\n\n",
-              c.device.c_str(), c.copy_gbps, c.bf16_tflops, o.iters, o.warmup, o.l2_flush == bench::L2Flush::read ? "read" : "write");
+              "timing: GPU kept busy %.0f s first; median of %d launches after %d warm-up, L2 flushed before each by a 512 MB %s\n\n",
+              c.device.c_str(), c.copy_gbps, c.bf16_tflops, o.warmup_seconds, o.iters, o.warmup, o.l2_flush == bench::L2Flush::read ? "read" : "write");
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {

@@ -91,10 +91,11 @@ TEST(CliBenchPlot, BadFilesNameTheFileAndField) {
   expect_cli_error(dir, "bench plot --json decode.json --json no_median.json --out figs", "no_median.json");
 }
 
-TEST(CliBench, UnknownL2FlushIsRejectedBeforeAnyGpuWork) {
+TEST(CliBench, BadTimingFlagsAreRejectedBeforeAnyGpuWork) {
   TempDir dir;
   for (const char* cmd : {"decode", "write", "extend"})
     expect_cli_error(dir, std::string("bench ") + cmd + " --l2-flush sometimes --json out.json", "--l2-flush");
+  expect_cli_error(dir, "bench decode --warmup-seconds -1", "--warmup-seconds");
 }
 
 #endif

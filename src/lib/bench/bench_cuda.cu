@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -136,10 +137,34 @@ std::vector<float> time_runs(Fn&& fn, const Options& opt, L2Flusher& flush, cuda
 }
 float median(const std::vector<float>& v) { return v[v.size() / 2]; }
 
+// Keeps every SM and the memory busy (copies, and FMA chains in between) for `seconds` of wall
+// time, so that the timed launches see the clocks a busy GPU runs at.
+__global__ void burn(float* sink, int iters) {
+  float x = threadIdx.x * 1e-3f, y = blockIdx.x * 1e-3f;
+  for (int i = 0; i < iters; ++i) x = fmaf(x, 0.999f, y), y = fmaf(y, 0.999f, x);
+  if (x == 1234.5f) sink[0] = y;
+}
+void warm_up_device(double seconds, cudaStream_t s) {
+  if (seconds <= 0) return;
+  const size_t bytes = size_t(1) << 30;
+  Dev<uint8_t> src(bytes), dst(bytes);
+  Dev<float> sink(1);
+  check(cudaMemset(src.p, 1, bytes), "memset");
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    for (int i = 0; i < 4; ++i) {
+      check(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, s), "warm-up copy");
+      burn<<<kFillBlocks, kFillThreads, 0, s>>>(sink.p, 1 << 14);
+    }
+    check(cudaStreamSynchronize(s), "warm-up");
+  }
+}
+
 }  // namespace
 
 Ceilings measure_ceilings(const Options& opt) {
   if (cuda_device_count() == 0) throw Error("no CUDA device");
+  warm_up_device(opt.warmup_seconds, nullptr);
   Ceilings c;
   c.device = cuda_device_description(0);
   cudaStream_t s = nullptr;
