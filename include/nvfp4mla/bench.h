@@ -6,7 +6,7 @@
 // The flush streams through a 512 MB buffer. By default it reads it, which leaves the 60 MB L2
 // full of clean lines of that buffer; writing it instead (cudaMemset, as nvbench and triton's
 // do_bench do) leaves it full of dirty lines, whose write-back to DRAM then runs during the timed
-// kernel: on the H200 the plain gather of 128 x 2048 records took 44.6-45.1 us after a write
+// kernel: on the H200 the plain gather of 128 x 2048 records took 44.6-45.2 us after a write
 // flush and 36.5-38.2 us after a read flush (docs/PERF.md, eleventh session). Both are offered;
 // results say which one was used.
 #include <filesystem>

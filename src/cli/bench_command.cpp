@@ -82,7 +82,7 @@ nlohmann::json ceilings_json(const bench::Ceilings& c, const bench::Options& o) 
 void print_ceilings(const bench::Ceilings& c, const bench::Options& o) {
   std::printf("device: %s\nceilings (measured now): copy %.0f GB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n"
               "timing: GPU kept busy %.0f s first; median of %d launches after %d warm-up, L2 flushed before each by a 512 MB %s\n\n",
-              c.device.c_str(), c.copy_gbps, c.bf16_tflops, o.warmup_seconds, o.iters, o.warmup, o.l2_flush == bench::L2Flush::read ? "read" : "write");
+              c.device.c_str(), c.copy_gbps, c.bf16_tflops, o.warmup_seconds, o.iters, o.warmup, bench::to_string(o.l2_flush));
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
