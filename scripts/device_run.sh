@@ -21,7 +21,7 @@ for step in "$@"; do
       # --warmup-seconds): the spread between processes is part of the measurement.
       for i in $(seq ${PROCS:-3}); do
         "$BIN/nvfp4mla" bench decode --rows 256 128 --heads 128 64 16 --topk 2048 --json "$OUT/decode_proc$i.json" >"$OUT/decode_proc$i.txt" 2>&1
-        echo "process $i:"; grep -E "^nvfp4" "$OUT/decode_proc$i.txt" | awk '{printf "  %s x %s: %s us\n", $2, $3, $6}'
+        echo "process $i:"; grep -E "^nvfp4" "$OUT/decode_proc$i.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $6, $13}'
       done ;;
     bench-all)
       "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -44 "$OUT/decode_all.txt" ;;

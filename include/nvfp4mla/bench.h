@@ -21,6 +21,7 @@ namespace nvfp4mla::bench {
 struct Ceilings {
   double copy_gbps = 0;     // device-to-device copy, bytes read + written per second / 1e9
   double bf16_tflops = 0;   // cuBLAS BF16 GEMM 8192^3
+  double max_clock_mhz = 0; // the device's top SM clock
   std::string device;
 };
 
@@ -43,6 +44,7 @@ struct DecodeResult {
   // frac_gather = gather_us / median_us.
   double gather_us = 0, frac_gather = 0;
   bool finite = true;       // every output element finite
+  double clock_mhz = 0;     // median SM clock probed right after each timed launch
 };
 
 struct WriteCase {
@@ -55,16 +57,19 @@ struct WriteResult {
   double median_us = 0;
   double gbps = 0;          // (BF16 input + slot mapping + records written) / time
   double frac_copy = 0;
+  double clock_mhz = 0;     // as in DecodeResult
 };
 
 enum class L2Flush { read, write };
 const char* to_string(L2Flush f);
 
 struct Options {
-  // Before anything is timed the device is kept busy for warmup_seconds (measure_ceilings does
-  // it): on the H200 the same decode case measured again and again in one process ran 10-18%
-  // slower in the process's first seconds than after them (docs/PERF.md, eleventh session);
-  // `warmup` launches then precede each case's timed ones.
+  // After the ceilings and before any case is timed, the device is kept busy for warmup_seconds
+  // (measure_ceilings does it): the cuBLAS GEMM of the ceilings leaves the H200 under its software
+  // power cap, with the SM clock at 1545-1905 MHz for about half a second, and a decode case timed
+  // in that window read 69-74 us where it reads 58-60 us at 1980 MHz (docs/PERF.md, twelfth
+  // session). Every result reports the SM clock it was measured at (clock_mhz). `warmup`
+  // launches then precede each case's timed ones.
   double warmup_seconds = 5.0;
   int warmup = 3;
   int iters = 20;

@@ -55,7 +55,7 @@ void add_common(CLI::App* cmd, BenchFlags& f) {
   cmd->add_option("--scale-mode", f.scale_mode, "implicit | static | dynamic (nvfp4)");
   cmd->add_flag("--all-formats", f.all_formats, "every format and scale mode");
   cmd->add_option("--warmup", f.warmup, "warm-up launches")->check(CLI::Range(0, 1000));
-  cmd->add_option("--warmup-seconds", f.warmup_seconds, "seconds the GPU is kept busy before anything is timed")
+  cmd->add_option("--warmup-seconds", f.warmup_seconds, "seconds the GPU is kept busy after the ceilings (whose GEMMs lower its clocks) before any case is timed")
       ->check(CLI::Range(0.0, 600.0));
   cmd->add_option("--iters", f.iters, "timed launches (median reported)")->check(CLI::Range(1, 100000));
   cmd->add_option("--l2-flush", f.l2_flush,
@@ -76,13 +76,14 @@ bench::Options options_of(const BenchFlags& f) {
 }
 
 nlohmann::json ceilings_json(const bench::Ceilings& c, const bench::Options& o) {
-  return {{"device", c.device}, {"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"l2_flush", bench::to_string(o.l2_flush)}, {"warmup_seconds", o.warmup_seconds}};
+  return {{"device", c.device}, {"copy_gbps", c.copy_gbps}, {"bf16_tflops", c.bf16_tflops}, {"max_clock_mhz", c.max_clock_mhz}, {"l2_flush", bench::to_string(o.l2_flush)}, {"warmup_seconds", o.warmup_seconds}};
 }
 
 void print_ceilings(const bench::Ceilings& c, const bench::Options& o) {
   std::printf("device: %s\nceilings (measured now): copy %.0f GB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n"
-              "timing: GPU kept busy %.0f s first; median of %d launches after %d warm-up, L2 flushed before each by a 512 MB %s\n\n",
-              c.device.c_str(), c.copy_gbps, c.bf16_tflops, o.warmup_seconds, o.iters, o.warmup, bench::to_string(o.l2_flush));
+              "timing: GPU kept busy %.0f s after the ceilings; median of %d launches after %d warm-up, L2 flushed before each by a 512 MB %s;\n"
+              "MHz: median SM clock probed after each timed launch (top clock %.0f MHz)\n\n",
+              c.device.c_str(), c.copy_gbps, c.bf16_tflops, o.warmup_seconds, o.iters, o.warmup, bench::to_string(o.l2_flush), c.max_clock_mhz);
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -116,18 +117,18 @@ void run_decode_bench(const BenchFlags& f) {
   print_ceilings(ceil, opt);
   std::printf("cache of %lld slots; gather us: a plain kernel reading the same records once (%%gather = its time / ours)\n",
               static_cast<long long>(f.capacity));
-  std::printf("%-26s %5s %5s %6s %6s %10s %9s %9s %7s %7s %9s %8s\n", "format", "rows", "heads", "topk", "splits",
-              "median us", "TFLOP/s", "GB/s", "%MMA", "%copy", "gather us", "%gather");
+  std::printf("%-26s %5s %5s %6s %6s %10s %9s %9s %7s %7s %9s %8s %5s\n", "format", "rows", "heads", "topk", "splits",
+              "median us", "TFLOP/s", "GB/s", "%MMA", "%copy", "gather us", "%gather", "MHz");
   nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"decode", nlohmann::json::array()}};
   for (const auto& r : res) {
-    std::printf("%-26s %5d %5d %6d %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%% %9.1f %7.1f%%%s\n", spec_name(r.c.spec).c_str(),
+    std::printf("%-26s %5d %5d %6d %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%% %9.1f %7.1f%% %5.0f%s\n", spec_name(r.c.spec).c_str(),
                 r.c.rows, r.c.heads, r.c.topk, r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
-                r.gather_us, 100 * r.frac_gather, r.finite ? "" : "  NON-FINITE OUTPUT");
+                r.gather_us, 100 * r.frac_gather, r.clock_mhz, r.finite ? "" : "  NON-FINITE OUTPUT");
     j["decode"].push_back({{"format", spec_name(r.c.spec)}, {"rows", r.c.rows}, {"heads", r.c.heads}, {"topk", r.c.topk},
                            {"splits", r.splits}, {"head_group", r.head_group}, {"median_us", r.median_us},
                            {"min_us", r.min_us}, {"tflops", r.tflops}, {"gbps", r.gbps}, {"frac_mma", r.frac_mma},
                            {"frac_copy", r.frac_copy}, {"gather_us", r.gather_us}, {"frac_gather", r.frac_gather},
-                           {"capacity", r.c.capacity}, {"finite", r.finite}});
+                           {"capacity", r.c.capacity}, {"finite", r.finite}, {"clock_mhz", r.clock_mhz}});
   }
   write_json(f.json_path, j);
 }
@@ -139,13 +140,13 @@ void run_write_bench(const BenchFlags& f) {
   const auto ceil = bench::measure_ceilings(opt);
   const auto res = bench::run_write(cases, ceil, opt);
   print_ceilings(ceil, opt);
-  std::printf("%-26s %9s %10s %9s %7s\n", "format", "tokens", "median us", "GB/s", "%copy");
+  std::printf("%-26s %9s %10s %9s %7s %5s\n", "format", "tokens", "median us", "GB/s", "%copy", "MHz");
   nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"write", nlohmann::json::array()}};
   for (const auto& r : res) {
-    std::printf("%-26s %9lld %10.1f %9.0f %6.1f%%\n", spec_name(r.c.spec).c_str(), static_cast<long long>(r.c.tokens),
-                r.median_us, r.gbps, 100 * r.frac_copy);
+    std::printf("%-26s %9lld %10.1f %9.0f %6.1f%% %5.0f\n", spec_name(r.c.spec).c_str(), static_cast<long long>(r.c.tokens),
+                r.median_us, r.gbps, 100 * r.frac_copy, r.clock_mhz);
     j["write"].push_back({{"format", spec_name(r.c.spec)}, {"tokens", r.c.tokens}, {"median_us", r.median_us},
-                          {"gbps", r.gbps}, {"frac_copy", r.frac_copy}});
+                          {"gbps", r.gbps}, {"frac_copy", r.frac_copy}, {"clock_mhz", r.clock_mhz}});
   }
   write_json(f.json_path, j);
 }

@@ -112,30 +112,62 @@ struct L2Flusher {
   }
 };
 
-// Median of event-timed runs of `fn`, with the L2 flushed before each.
+// The SM clock a timed launch ran at: one thread spins for kProbeCycles SM cycles and reads the
+// global nanosecond timer at both ends. On the H200 the cuBLAS ceiling runs put the GPU under its
+// software power cap, and for about half a second after them the SM clock stayed at 1545-1905 MHz
+// instead of 1980, which a latency-bound kernel timed in that window pays in full (docs/PERF.md,
+// twelfth session); the probe makes such a state visible in the results.
+constexpr long long kProbeCycles = 100000;  // ~50 us at 2 GHz; the timer ticks in at most 1 us
+__global__ void clock_probe(unsigned long long* out) {
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  long long c1 = c0;
+  while (c1 - c0 < kProbeCycles) c1 = clock64();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  out[0] = static_cast<unsigned long long>(c1 - c0);
+  out[1] = t1 - t0;
+}
+
+// Event-timed runs of `fn`, sorted, with the L2 flushed before each, and the median SM clock (MHz)
+// probed right after each run (outside the timed interval).
+struct Runs {
+  std::vector<float> ms;
+  double clock_mhz = 0;
+};
 template <class Fn>
-std::vector<float> time_runs(Fn&& fn, const Options& opt, L2Flusher& flush, cudaStream_t s) {
+Runs time_runs(Fn&& fn, const Options& opt, L2Flusher& flush, cudaStream_t s) {
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "cudaEventCreate");
   check(cudaEventCreate(&b), "cudaEventCreate");
+  Dev<unsigned long long> probe(2 * size_t(opt.iters));
   for (int i = 0; i < opt.warmup; ++i) fn();
-  std::vector<float> ms;
+  Runs r;
   for (int i = 0; i < opt.iters; ++i) {
     flush(s);
     check(cudaEventRecord(a, s), "cudaEventRecord");
     fn();
     check(cudaEventRecord(b, s), "cudaEventRecord");
+    clock_probe<<<1, 1, 0, s>>>(probe.p + 2 * i);
+    check(cudaGetLastError(), "clock probe");
     check(cudaEventSynchronize(b), "cudaEventSynchronize");
     float t = 0;
     check(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    ms.push_back(t);
+    r.ms.push_back(t);
   }
+  std::vector<unsigned long long> ticks(2 * size_t(opt.iters));
+  check(cudaMemcpy(ticks.data(), probe.p, ticks.size() * sizeof(ticks[0]), cudaMemcpyDeviceToHost), "clock probe copy");
+  std::vector<double> mhz;
+  for (int i = 0; i < opt.iters; ++i)
+    if (ticks[2 * i + 1] > 0) mhz.push_back(1e3 * double(ticks[2 * i]) / double(ticks[2 * i + 1]));
+  std::sort(mhz.begin(), mhz.end());
+  if (!mhz.empty()) r.clock_mhz = mhz[mhz.size() / 2];
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms;
+  std::sort(r.ms.begin(), r.ms.end());
+  return r;
 }
-float median(const std::vector<float>& v) { return v[v.size() / 2]; }
+float median(const Runs& r) { return r.ms[r.ms.size() / 2]; }
 
 // Keeps every SM and the memory busy (copies, and FMA chains in between) for `seconds` of wall
 // time, so that the timed launches see the clocks a busy GPU runs at.
@@ -164,9 +196,12 @@ void warm_up_device(double seconds, cudaStream_t s) {
 
 Ceilings measure_ceilings(const Options& opt) {
   if (cuda_device_count() == 0) throw Error("no CUDA device");
-  warm_up_device(opt.warmup_seconds, nullptr);
   Ceilings c;
   c.device = cuda_device_description(0);
+  int dev = 0, khz = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev), "clock rate");
+  c.max_clock_mhz = khz / 1000.0;
   cudaStream_t s = nullptr;
   L2Flusher flush(opt.l2_flush);
   {  // device-to-device copy of 2 GiB
@@ -194,6 +229,9 @@ Ceilings measure_ceilings(const Options& opt) {
     c.bf16_tflops = 2.0 * n * double(n) * n / (median(ms) * 1e-3) / 1e12;
     cublasDestroy(h);
   }
+  // The GEMMs leave the GPU power-capped at lowered clocks for a while (clock_probe); busy at a
+  // moderate power it recovers before the cases are timed.
+  warm_up_device(opt.warmup_seconds, nullptr);
   return c;
 }
 
@@ -266,7 +304,8 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     r.splits = plan.splits;
     r.head_group = plan.head_group;
     r.median_us = median(ms) * 1e3;
-    r.min_us = ms.front() * 1e3;
+    r.min_us = ms.ms.front() * 1e3;
+    r.clock_mhz = ms.clock_mhz;
     const double attended = double(c.rows) * c.topk;
     r.tflops = 2.0 * c.heads * attended * (kQkDim + kLatentDim) / (r.median_us * 1e-6) / 1e12;
     const double bytes = attended * rb + q_elems * 2.0 + double(c.rows) * c.heads * kLatentDim * 2.0 + attended * 4.0;
@@ -307,6 +346,7 @@ std::vector<WriteResult> run_write(const std::vector<WriteCase>& cases, const Ce
     WriteResult r;
     r.c = c;
     r.median_us = median(ms) * 1e3;
+    r.clock_mhz = ms.clock_mhz;
     r.gbps = double(c.tokens) * (kQkDim * 2.0 + 8.0 + rb) / (r.median_us * 1e-6) / 1e9;
     r.frac_copy = ceil.copy_gbps > 0 ? r.gbps / ceil.copy_gbps : 0;
     out.push_back(r);
