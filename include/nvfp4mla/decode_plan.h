@@ -89,7 +89,7 @@ struct DecodePlan {
 };
 
 // The planner: tile configuration from the head count (8 and 16 heads use 16-row tiles, 32
-// heads 32-row tiles, more heads 64-row tiles); splits minimizing (waves of resident CTAs) x
+// heads 32-row tiles, or two 16-head groups with NVFP4 records, more heads 64-row tiles); splits minimizing (waves of resident CTAs) x
 // (tiles per split + kDecodeCtaFixedTiles), the fewest on ties, without splitting below one tile
 // or 64 entries (so splits <= ceil(topk/64)).
 // `forced_splits` > 0 overrides (clamped the same way).

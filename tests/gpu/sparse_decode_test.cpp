@@ -104,9 +104,10 @@ TEST(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
 TEST(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
   NVFP4MLA_REQUIRE_GPU();
   // 16 and 128 heads with NVFP4 records: 64-entry tiles on sm_90; topk 2080 is 65 planner tiles,
-  // so with one split the last 64-entry tile is half past the end.
+  // so with one split the last 64-entry tile is half past the end. 24 heads: two 16-head groups,
+  // the second one half full.
   for (const auto& spec : {kAllSpecs[1], kAllSpecs[6]})
-    for (int heads : {16, 64, 128})
+    for (int heads : {16, 24, 64, 128})
       for (int topk : {2048, 2080}) {
         SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads) + " topk " + std::to_string(topk));
         const auto p = make_problem(spec, 4, heads, topk, 11);

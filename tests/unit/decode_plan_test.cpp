@@ -12,7 +12,17 @@ TEST(DecodePlan, HeadGroupsAreNativeNotPaddedTo64) {
   const RecordSpec spec = kSpecNvfp4Fp8Rope;
   EXPECT_EQ(plan_sparse_decode(spec, 128, 8, 2048, 132).head_group, 16);
   EXPECT_EQ(plan_sparse_decode(spec, 128, 16, 2048, 132).head_group, 16);
-  EXPECT_EQ(plan_sparse_decode(spec, 128, 32, 2048, 132).head_group, 32);
+  // 17-32 heads: two groups of the 16-head kernel with NVFP4 records, 32-row tiles otherwise.
+  for (int heads : {17, 24, 32}) {
+    const auto p = plan_sparse_decode(spec, 128, heads, 2048, 132);
+    EXPECT_EQ(p.head_group, 16);
+    EXPECT_EQ(p.num_head_groups, 2);
+    EXPECT_EQ(p.warps, kDecodeH16Warps);
+    EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Bf16Rope, 128, heads, 2048, 132).head_group, 16);
+    EXPECT_EQ(plan_sparse_decode(kSpecFp8, 128, heads, 2048, 132).head_group, 32);
+    EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, heads, 2048, 132).head_group, 32);
+  }
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 33, 2048, 132).head_group, 64);
   EXPECT_EQ(plan_sparse_decode(spec, 128, 64, 2048, 132).head_group, 64);
   const auto p128 = plan_sparse_decode(spec, 128, 128, 2048, 132);
   EXPECT_EQ(p128.head_group, 64);

@@ -15,7 +15,10 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count, int forced_splits) {
   if (rows < 0 || heads <= 0 || topk <= 0) throw Error("decode plan: rows >= 0, heads > 0 and topk > 0 required");
   if (sm_count <= 0) throw Error("decode plan: SM count must be positive");
-  const DecodeTileConfig cfg = decode_tile_config(heads);
+  // NVFP4 records with up to 32 heads (e.g. 128 heads split 4 ways by tensor parallelism) run as
+  // 16-head groups of the 16-head kernel: on the H200, rows 128 x 32 heads took 182.9 us in the
+  // 32-head tiles of the generic kernel, as long as 128 x 128 heads (docs/PERF.md, twelfth session).
+  const DecodeTileConfig cfg = decode_tile_config(spec.is_nvfp4() && heads <= 32 ? 16 : heads);
   DecodePlan p;
   p.head_group = cfg.head_group;
   p.warps = cfg.warps;
