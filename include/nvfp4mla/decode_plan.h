@@ -88,10 +88,10 @@ struct DecodePlan {
   int64_t ctas(int rows) const { return static_cast<int64_t>(rows) * num_head_groups * splits; }
 };
 
-// The planner: tile configuration from the head count (8 and 16 heads use 16-row tiles, 32
-// heads 32-row tiles, or two 16-head groups with NVFP4 records, more heads 64-row tiles); splits minimizing (waves of resident CTAs) x
-// (tiles per split + kDecodeCtaFixedTiles), the fewest on ties, without splitting below one tile
-// or 64 entries (so splits <= ceil(topk/64)).
+// The planner: tile configuration from the head count (8 and 16 heads use 16-row tiles; 17-32
+// heads 32-row tiles, or two 16-head groups with NVFP4 records; more heads 64-row tiles); splits
+// minimizing (waves of resident CTAs) x (tiles per split + kDecodeCtaFixedTiles), the fewest on
+// ties, without splitting below one tile or 64 entries (so splits <= ceil(topk/64)).
 // `forced_splits` > 0 overrides (clamped the same way).
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count,
                               int forced_splits = 0);
