@@ -24,7 +24,7 @@ for step in "$@"; do
         echo "process $i:"; grep -E "^nvfp4" "$OUT/decode_proc$i.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $6, $13}'
       done ;;
     bench-all)
-      "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -44 "$OUT/decode_all.txt" ;;
+      "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 32 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -58 "$OUT/decode_all.txt" ;;
     extend)
       "$BIN/nvfp4mla" bench extend --iters 10 --json "$OUT/extend.json" >"$OUT/extend.txt" 2>&1; tail -4 "$OUT/extend.txt" ;;
     eval)
