@@ -17,8 +17,8 @@ for step in "$@"; do
       "$BIN/nvfp4mla" bench decode --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1; tail -11 "$OUT/decode.txt"
       "$BIN/nvfp4mla" bench write --all-formats --json "$OUT/write.json" >"$OUT/write.txt" 2>&1; tail -8 "$OUT/write.txt" ;;
     bench-procs)
-      # The three decode shapes in ${PROCS:-3} separate processes (each warms the GPU up first,
-      # --warmup-seconds): the spread between processes is part of the measurement.
+      # The three decode shapes in ${PROCS:-3} separate processes (each keeps the GPU busy for
+      # --warmup-seconds after its ceilings): the spread between processes is part of the measurement.
       for i in $(seq ${PROCS:-3}); do
         "$BIN/nvfp4mla" bench decode --rows 256 128 --heads 128 64 16 --topk 2048 --json "$OUT/decode_proc$i.json" >"$OUT/decode_proc$i.txt" 2>&1
         echo "process $i:"; grep -E "^nvfp4" "$OUT/decode_proc$i.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $6, $13}'

@@ -117,7 +117,7 @@ struct L2Flusher {
 // software power cap, and for about half a second after them the SM clock stayed at 1545-1905 MHz
 // instead of 1980, which a latency-bound kernel timed in that window pays in full (docs/PERF.md,
 // twelfth session); the probe makes such a state visible in the results.
-constexpr long long kProbeCycles = 100000;  // ~50 us at 2 GHz; the timer ticks in at most 1 us
+constexpr long long kProbeCycles = 100000;  // ~50 us at 2 GHz: 2% even if the timer moves only every microsecond
 __global__ void clock_probe(unsigned long long* out) {
   unsigned long long t0, t1;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -127,6 +127,13 @@ __global__ void clock_probe(unsigned long long* out) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
   out[0] = static_cast<unsigned long long>(c1 - c0);
   out[1] = t1 - t0;
+}
+
+// Sorts `v` (non-empty) and returns its middle element.
+template <class T>
+T sorted_median(std::vector<T>& v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 // Event-timed runs of `fn`, sorted, with the L2 flushed before each, and the median SM clock (MHz)
@@ -160,17 +167,17 @@ Runs time_runs(Fn&& fn, const Options& opt, L2Flusher& flush, cudaStream_t s) {
   std::vector<double> mhz;
   for (int i = 0; i < opt.iters; ++i)
     if (ticks[2 * i + 1] > 0) mhz.push_back(1e3 * double(ticks[2 * i]) / double(ticks[2 * i + 1]));
-  std::sort(mhz.begin(), mhz.end());
-  if (!mhz.empty()) r.clock_mhz = mhz[mhz.size() / 2];
+  if (!mhz.empty()) r.clock_mhz = sorted_median(mhz);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  std::sort(r.ms.begin(), r.ms.end());
+  sorted_median(r.ms);
   return r;
 }
 float median(const Runs& r) { return r.ms[r.ms.size() / 2]; }
 
 // Keeps every SM and the memory busy (copies, and FMA chains in between) for `seconds` of wall
-// time, so that the timed launches see the clocks a busy GPU runs at.
+// time, at a power below the cap, so that the clocks have recovered from the ceilings' GEMMs and
+// the timed launches see the clocks a busy GPU runs at.
 __global__ void burn(float* sink, int iters) {
   float x = threadIdx.x * 1e-3f, y = blockIdx.x * 1e-3f;
   for (int i = 0; i < iters; ++i) x = fmaf(x, 0.999f, y), y = fmaf(y, 0.999f, x);

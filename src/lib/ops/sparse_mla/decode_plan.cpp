@@ -18,7 +18,7 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   // NVFP4 records with up to 32 heads (e.g. 128 heads split 4 ways by tensor parallelism) run as
   // 16-head groups of the 16-head kernel: on the H200, rows 128 x 32 heads took 182.9 us in the
   // 32-head tiles of the generic kernel, as long as 128 x 128 heads (docs/PERF.md, twelfth session).
-  const DecodeTileConfig cfg = decode_tile_config(spec.is_nvfp4() && heads <= 32 ? 16 : heads);
+  const DecodeTileConfig cfg = decode_tile_config(decode_uses_h16_kernel(spec, 16) && heads <= 32 ? 16 : heads);
   DecodePlan p;
   p.head_group = cfg.head_group;
   p.warps = cfg.warps;
