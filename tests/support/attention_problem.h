@@ -1,7 +1,10 @@
 #pragma once
 // A random sparse-attention problem over a cache of records: NaN-poisoned unused slots, a
 // random slot layout (as a random page permutation gives), invalid indices of every kind,
-// duplicates, per-row lengths and empty rows. Shared by the GPU suites and benchmarks.
+// duplicates, per-row lengths and empty rows. Every row holds the boundary indices capacity - 1
+// (a written slot), capacity, -1, INT32_MIN and INT32_MAX, and a NaN guard record lies past the
+// end of the cache, so an implementation that reads index == capacity produces NaN. Shared by
+// the CPU and GPU suites and the benchmarks.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -20,7 +23,7 @@ struct AttentionProblem {
   int rows = 0, heads = 0, topk = 0;
   int64_t capacity = 0;
   float sm_scale = 0, layer_scale = 1;
-  std::vector<uint8_t> cache;        // [capacity, record_bytes]
+  std::vector<uint8_t> cache;        // [capacity + 1, record_bytes]: the last record is a NaN guard
   std::vector<uint16_t> q;           // [rows, heads, 576] BF16
   std::vector<int32_t> indices;      // [rows, topk]
   std::vector<int32_t> topk_length;  // [rows] (empty when unused)
@@ -42,7 +45,7 @@ struct AttentionProblem {
 };
 
 struct ProblemOptions {
-  bool invalid_entries = true;  // -1, other negatives, >= capacity, INT32_MAX
+  bool invalid_entries = true;  // -1, other negatives, INT32_MIN, >= capacity, INT32_MAX
   bool duplicates = true;
   bool lengths = false;         // per-row topk_length, including 0
   bool empty_row = true;        // one row whose entries are all invalid
@@ -75,12 +78,14 @@ inline AttentionProblem make_problem(const RecordSpec& spec, int rows, int heads
   p.sm_scale = 1.0f / 24.0f;  // 1/sqrt(576)
   p.layer_scale = 0.0037f;
   const int rb = spec.record_bytes();
-  p.cache.assign(p.capacity * rb, 0xFF);  // NaN in every format: unused slots must never be read
+  // NaN in every format: unused slots and the guard record past the end must never be read.
+  p.cache.assign((p.capacity + 1) * rb, 0xFF);
   std::mt19937_64 rng(seed);
   std::vector<int64_t> slots(p.capacity);
   for (int64_t i = 0; i < p.capacity; ++i) slots[i] = i;
   std::shuffle(slots.begin(), slots.end(), rng);
   slots.resize(used);
+  if (std::find(slots.begin(), slots.end(), p.capacity - 1) == slots.end()) slots[0] = p.capacity - 1;  // the last slot holds a record
   auto tokens = random_tokens(used, seed + 1, opt.log10_min, opt.log10_max, false, opt.outliers);
   if (opt.degenerate)
     for (int64_t i = 0; i < used; ++i) {
@@ -113,8 +118,18 @@ inline AttentionProblem make_problem(const RecordSpec& spec, int rows, int heads
       p.indices[static_cast<size_t>(r) * topk + k] = idx;
     }
   }
+  // The boundary indices at the front of every row (where topk_length keeps them), in an order
+  // that rotates from row to row (rows shorter than five take turns); without invalid entries
+  // only the valid one.
+  const int32_t cap = static_cast<int32_t>(p.capacity);
+  const int32_t boundary[5] = {cap - 1, cap, -1, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+  const int n_boundary = opt.invalid_entries ? 5 : 1;
+  const int front = std::min(topk, n_boundary);
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < front; ++k) p.indices[static_cast<size_t>(r) * topk + k] = boundary[(r * (front < n_boundary ? front : 1) + k) % n_boundary];
   if (opt.empty_row && rows > 1)
-    for (int k = 0; k < topk; ++k) p.indices[static_cast<size_t>(rows - 1) * topk + k] = (k % 2) ? -1 : static_cast<int32_t>(p.capacity + k);
+    for (int k = 0; k < topk; ++k)
+      p.indices[static_cast<size_t>(rows - 1) * topk + k] = k < 4 ? boundary[1 + k] : (k % 2) ? -1 : static_cast<int32_t>(p.capacity + k);
   if (opt.lengths) {
     p.topk_length.resize(rows);
     for (int r = 0; r < rows; ++r) p.topk_length[r] = static_cast<int32_t>(rng() % (topk + 1));

@@ -1,17 +1,17 @@
-// The attention backend and the attention stage: CPU scores consistent with the reference's
-// log-sum-exp, CUDA never emulated, bf16 exact, unit scale far off at shallow layers.
+// The attention backend and the attention stage: CPU attention equal to an independent oracle,
+// CUDA never emulated, bf16 exact, unit scale far off at shallow layers.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "nvfp4mla/codec.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/backend.h"
-#include "nvfp4mla/eval/random.h"
-#include "nvfp4mla/record.h"
+#include "support/attention_oracle.h"
+#include "support/attention_problem.h"
 #include "support/eval_small.h"
+#include "support/record_specs.h"
 
 using namespace nvfp4mla;
 using namespace nvfp4mla::eval;
@@ -34,43 +34,40 @@ TEST(EvalBackend, DeviceChoice) {
   }
 }
 
-TEST(EvalBackend, CpuScoresMatchTheReference) {
-  constexpr int kTokens = 40, kHeads = 3, kTopk = 16;
-  Rng rng(stream_key(9, 9));
-  std::vector<float> kv(kTokens * kLatentDim), pe(kTokens * kRopeDim);
-  for (auto& v : kv) v = static_cast<float>(0.3 * rng.normal());
-  for (auto& v : pe) v = static_cast<float>(rng.normal());
-  std::vector<uint16_t> q(2 * kHeads * kQkDim);
-  for (auto& v : q) v = codec::bf16_encode_rn(static_cast<float>(0.5 * rng.normal()));
-  std::vector<int32_t> idx(2 * kTopk);
-  for (int i = 0; i < 2 * kTopk; ++i) idx[i] = static_cast<int32_t>(rng.below(kTokens));
-  idx[5] = -1;  // masked
-  for (RecordSpec spec : {kSpecBf16, kSpecFp8, kSpecNvfp4Bf16Rope, kSpecNvfp4Fp8Rope}) {
-    std::vector<uint8_t> cache(static_cast<size_t>(kTokens) * spec.record_bytes());
-    for (int t = 0; t < kTokens; ++t)
-      record::encode(spec, &kv[t * kLatentDim], &pe[t * kRopeDim], 1.0f, &cache[static_cast<size_t>(t) * spec.record_bytes()]);
-    SparseMlaArgs a;
-    a.q = q.data();
-    a.rows = 2;
-    a.heads = kHeads;
-    a.cache = cache.data();
-    a.capacity = kTokens;
-    a.indices = idx.data();
-    a.topk = kTopk;
-    a.sm_scale = 0.0625f;
-    std::vector<float> out(2 * kHeads * kLatentDim), lse(2 * kHeads), scores(2 * kHeads * kTopk);
+// The evaluation's CPU attention (out, natural LSE and scores) against the independent fp64
+// oracle (support/attention_oracle.h), in every record format and scale mode: the scores'
+// softmax under the LSE sums to one, and masked positions (every boundary index) are -inf.
+TEST(EvalBackend, CpuAttentionMatchesTheOracle) {
+  nvfp4mla::testing::ProblemOptions opt;
+  opt.lengths = true;
+  uint64_t seed = 90;
+  for (const RecordSpec& spec : nvfp4mla::testing::kAllRecordSpecs) {
+    SCOPED_TRACE(nvfp4mla::testing::spec_name(spec));
+    const auto p = nvfp4mla::testing::make_problem(spec, 5, 3, 40, seed++, opt);
+    SparseMlaArgs a = p.host_args();
+    a.lse_base = LseBase::base2;  // the evaluation's LSE is natural whatever the arguments ask for
+    const size_t pairs = static_cast<size_t>(p.rows) * p.heads;
+    std::vector<float> out(pairs * kLatentDim), lse(pairs), scores(pairs * p.topk);
     sparse_attention(Device::cpu, spec, a, AttentionOutputs{out.data(), lse.data(), scores.data()});
-    std::vector<float> ref_out(out.size()), ref_lse(lse.size());
-    sparse_mla_reference(spec, a, ref_out.data(), ref_lse.data());
-    EXPECT_EQ(out, ref_out);
-    EXPECT_EQ(lse, ref_lse);
-    for (int rh = 0; rh < 2 * kHeads; ++rh) {
-      double sum = 0.0;
-      for (int j = 0; j < kTopk; ++j) sum += std::exp(static_cast<double>(scores[rh * kTopk + j]) - lse[rh]);
-      EXPECT_NEAR(sum, 1.0, 1e-5);  // softmax of the scores sums to one under the reference's lse
+    a.lse_base = LseBase::natural;
+    const auto o = nvfp4mla::testing::oracle::attention(spec, a);
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], o.out[i], 1e-6 * (1.0 + std::fabs(o.out[i]))) << "row/head " << i / kLatentDim << " dim " << i % kLatentDim;
+    for (size_t rh = 0; rh < pairs; ++rh) {
+      if (std::isinf(o.lse[rh])) {
+        EXPECT_EQ(lse[rh], -INFINITY) << rh;
+      } else {
+        EXPECT_NEAR(lse[rh], o.lse[rh], 1e-6 * (1.0 + std::fabs(o.lse[rh]))) << rh;
+        double sum = 0.0;
+        for (int j = 0; j < p.topk; ++j) sum += std::exp(static_cast<double>(scores[rh * p.topk + j]) - lse[rh]);
+        EXPECT_NEAR(sum, 1.0, 1e-5) << rh;
+      }
+      for (int j = 0; j < p.topk; ++j) {
+        const size_t i = rh * p.topk + j;
+        if (std::isinf(o.scores[i])) EXPECT_EQ(scores[i], -INFINITY) << "row/head " << rh << " position " << j;
+        else EXPECT_NEAR(scores[i], o.scores[i], 1e-6 * (1.0 + std::fabs(o.scores[i]))) << "row/head " << rh << " position " << j;
+      }
     }
-    EXPECT_TRUE(std::isinf(scores[5]) && scores[5] < 0);  // row 0 (every head) masks position 5
-    EXPECT_TRUE(std::isinf(scores[kTopk + 5]) && scores[kTopk + 5] < 0);
   }
 }
 
