@@ -10,7 +10,8 @@
 // the fp64 -> fp32 conversion (reference) add one rounding each: u |s| apiece. Bound used:
 //   |got - want| <= sm_scale * 24 u * sum_d |q_d k_d| + 2 u |want|   (plus a 1e-30 floor).
 // Masked entries must be exactly -inf on both sides, every other entry finite (the output is
-// NaN-poisoned first, unused cache slots are NaN).
+// NaN-poisoned first, unused cache slots and the guard record past the end are NaN, and every
+// row holds the boundary indices capacity - 1, capacity, -1, INT32_MIN and INT32_MAX).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -152,6 +152,7 @@ constexpr double kU = 1.0 / 16777216.0;  // 2^-24
 
 // Work buffers of one thread.
 struct Scratch {
+  int row = -1;                            // whose entries k and pos hold
   std::vector<float> k;                    // [n, 576] K rows of the row's attended entries
   std::vector<int> pos;                    // their positions
   std::vector<double> s, w, abs_dot, delta, mult, v_norm;
@@ -269,9 +270,11 @@ inline void attend_head(const SparseMlaArgs& a, const Options& opt, int row, int
                        big_delta * out_norm + 0x1p-8 * out_norm + 1e-30;
 }
 
-inline void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, const Options& opt, int row, Scratch& t,
-                       Result& res) {
+// Reads the K rows of `row`'s attended entries into t (once per row and thread).
+inline void load_row(const RecordSpec& spec, const SparseMlaArgs& a, const Options& opt, int row, Scratch& t) {
   constexpr int kLatent = 512, kDim = 576;
+  if (t.row == row) return;
+  t.row = row;
   t.pos.clear();
   for (int p = 0; p < a.topk; ++p)
     if (attended(a, row, p)) t.pos.push_back(p);
@@ -288,12 +291,11 @@ inline void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, const Opt
     for (int d = 0; d < kLatent; ++d) norm += static_cast<double>(k[d]) * k[d];
     t.v_norm[j] = std::sqrt(norm);
   }
-  for (int h = 0; h < a.heads; ++h) attend_head(a, opt, row, h, t, res);
 }
 
 }  // namespace detail
 
-// Out, LSE and scores of every (row, head) of `a` (host pointers), rows spread over threads.
+// Out, LSE and scores of every (row, head) of `a` (host pointers), spread over threads.
 inline Result attention(const RecordSpec& spec, const SparseMlaArgs& a, const Options& opt = {}) {
   constexpr int kLatent = 512;
   Result res;
@@ -305,12 +307,20 @@ inline Result attention(const RecordSpec& spec, const SparseMlaArgs& a, const Op
     res.element_bound.assign(pairs * kLatent, 0.0);
     res.norm_bound.assign(pairs, 0.0);
   }
-  std::atomic<int> next_row{0};
+  // Work items: a row and a block of up to 8 of its heads, handed out in order.
+  constexpr int kHeadBlock = 8;
+  const int blocks = (a.heads + kHeadBlock - 1) / kHeadBlock;
+  const int items = a.rows * blocks;
+  std::atomic<int> next{0};
   auto work = [&] {
     detail::Scratch t;
-    for (int r = next_row++; r < a.rows; r = next_row++) detail::attend_row(spec, a, opt, r, t, res);
+    for (int i = next++; i < items; i = next++) {
+      const int row = i / blocks, h0 = (i % blocks) * kHeadBlock;
+      detail::load_row(spec, a, opt, row, t);
+      for (int h = h0; h < std::min(a.heads, h0 + kHeadBlock); ++h) detail::attend_head(a, opt, row, h, t, res);
+    }
   };
-  const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::max(1, a.rows));
+  const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::max(1, items));
   std::vector<std::thread> pool;
   for (int i = 1; i < threads; ++i) pool.emplace_back(work);
   work();
