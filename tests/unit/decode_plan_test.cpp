@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/error.h"
@@ -74,6 +76,52 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
   EXPECT_EQ(clamped.splits, 2);  // at least 64 entries per split
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 0, 128, 132), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 8, 0, 132), Error);
+}
+
+// The planner's documented rule on a dense grid of shapes: the split count it picks has the
+// smallest estimate, (waves of resident CTAs) x (tiles per split + kDecodeCtaFixedTiles), of all
+// allowed counts, and no plan with fewer splits reaches that estimate (the fewest splits win
+// among equal estimates). Each candidate is the planner's own plan with that many splits forced;
+// its tiles per split count whole kernel tiles (the 16-head NVFP4 kernels and paired 64-head
+// NVFP4 groups work in tiles of two planner tiles, so a split of an odd tile count costs the
+// masked half tile too).
+TEST(DecodePlan, FewestSplitsWinAmongEqualEstimates) {
+  const std::vector<int> topks = {1,    31,   32,   33,   64,   65,   100,  128,  129,  255,  256,  320,
+                                  500,  513,  1000, 1024, 1500, 2047, 2048, 2080, 3000, 4095, 4096, 5811,
+                                  6000, 8192, 10000, 12345, 16384, 16448, 20000, 32768};
+  int64_t shapes = 0;
+  for (const RecordSpec& spec : {kSpecNvfp4Fp8Rope, kSpecFp8, kSpecBf16})
+    for (int sm_count : {132, 78})
+      for (int heads : {8, 16, 32, 64, 128})
+        for (int topk : topks) {
+          // Forced plans do not depend on the row count: one per allowed split count.
+          std::vector<DecodePlan> candidates;
+          for (int s = 1; s <= (topk + 63) / 64; ++s) candidates.push_back(plan_sparse_decode(spec, 1, heads, topk, sm_count, s));
+          for (int rows = 1; rows <= 64; ++rows, ++shapes) {
+            const DecodePlan p = plan_sparse_decode(spec, rows, heads, topk, sm_count);
+            const int64_t slots = int64_t(sm_count) * p.ctas_per_sm;
+            const auto estimate = [&](const DecodePlan& q) {
+              const int kernel_tile = decode_uses_h16_kernel(spec, q.head_group)                         ? kDecodeH16TileTiles
+                                      : decode_uses_wide_tiles(spec, q.head_group, q.num_head_groups) ? kDecodeWideTileTiles
+                                                                                                        : 1;
+              const int tiles = (q.tiles_per_split + kernel_tile - 1) / kernel_tile * kernel_tile;
+              return (q.ctas(rows) + slots - 1) / slots * (tiles + kDecodeCtaFixedTiles);
+            };
+            int64_t best = INT64_MAX;
+            int fewest = 0;
+            for (const DecodePlan& q : candidates) {
+              if (estimate(q) < best || (estimate(q) == best && q.splits < fewest)) fewest = q.splits;
+              best = std::min(best, estimate(q));
+            }
+            if (estimate(p) != best || p.splits != fewest) {
+              ADD_FAILURE() << to_string(spec.dtype) << "-" << spec.record_bytes() << " sm " << sm_count << ": rows " << rows << " x heads "
+                            << heads << " x topk " << topk << ": " << p.splits << " splits (estimate " << estimate(p)
+                            << "), want " << fewest << " (estimate " << best << ")";
+              return;
+            }
+          }
+        }
+  EXPECT_EQ(shapes, 3 * 2 * 5 * static_cast<int64_t>(topks.size()) * 64);
 }
 
 // NVFP4 records with paired 64-head groups run 64-entry K buffers on sm_90: splits hold whole
