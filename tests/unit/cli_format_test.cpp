@@ -195,33 +195,45 @@ TEST(CliFormat, AbiStrings) {
   }
 }
 
+// The largest |kv_c| of each layer sits at its first or last element (BF16 and F32 inputs),
+// and the expected scale follows FORMAT.md section 8 on its own: s_l = max_abs x C2688 rounded
+// once to fp32, with C2688 the fp32 of bits 0x39C30C31 (the product of two floats is exact in
+// double, so rounding it to float is the one correctly rounded fp32 multiply).
 TEST(CliFormat, CalibrateWritesScalesThatParseBackExactly) {
   TempDir dir;
-  // Three layers with known max |kv_c|, BF16 and F32, plus an unrelated tensor (ignored).
-  const float max_abs[3] = {0.01953125f, 1.3125f, 5.2f};
+  // Layers: maximum at the first element; at the last element (negative, BF16); at the last
+  // element. All values are exact in BF16. A k_pe tensor rides along (ignored).
+  const float max_abs[3] = {0.01953125f, 1.3125f, 5.25f};
+  const int64_t tokens = 5, n = tokens * kLatentDim;
   TensorMap acts;
   for (int layer = 0; layer < 3; ++layer) {
-    std::vector<float> v(5 * kLatentDim);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = max_abs[layer] * static_cast<float>(i % 7) / 8.0f;
-    v[3 * kLatentDim + 17] = -max_abs[layer];
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = max_abs[layer] * static_cast<float>(i % 7) / 8.0f;  // at most 3/4 of the maximum
+    if (layer == 0) v[0] = max_abs[0];
+    if (layer == 1) v[n - 1] = -max_abs[1];
+    if (layer == 2) v[n - 1] = max_abs[2];
     const std::string name = "layers." + std::to_string(layer) + ".kv_c";
     if (layer == 1) {
       std::vector<uint16_t> b(v.size());
       for (size_t i = 0; i < v.size(); ++i) b[i] = codec::bf16_encode_rn(v[i]);
-      acts[name] = tensor_of(DType::BF16, {5, kLatentDim}, b);
+      acts[name] = tensor_of(DType::BF16, {tokens, kLatentDim}, b);
     } else {
-      acts[name] = tensor_of(DType::F32, {5, kLatentDim}, v);
+      acts[name] = tensor_of(DType::F32, {tokens, kLatentDim}, v);
     }
   }
-  acts["layers.0.k_pe"] = Tensor::zeros(DType::F32, {5, kRopeDim});
+  acts["layers.0.k_pe"] = Tensor::zeros(DType::F32, {tokens, kRopeDim});
   write_safetensors(dir / "acts.safetensors", acts);
   const RunResult r = run_cli(dir, "calibrate --input acts.safetensors --output scales.json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Calibration cal = Calibration::load(dir / "scales.json");
   ASSERT_EQ(cal.num_layers(), 3);
+  const uint32_t c2688_bits = 0x39C30C31u;
+  float c2688;
+  std::memcpy(&c2688, &c2688_bits, 4);
   for (int layer = 0; layer < 3; ++layer) {
-    EXPECT_EQ(cal.max_abs[layer], max_abs[layer]) << layer;  // all three are exact in BF16
-    EXPECT_EQ(cal.scales[layer], max_abs[layer] * kInv2688) << layer;
+    EXPECT_EQ(cal.max_abs[layer], max_abs[layer]) << layer;
+    const float want = static_cast<float>(static_cast<double>(max_abs[layer]) * static_cast<double>(c2688));
+    EXPECT_EQ(cal.scales[layer], want) << layer;
   }
   EXPECT_NE(r.out.find(sha256_file_hex(dir / "scales.json")), std::string::npos) << r.out;
   // The file serves static mode directly.
