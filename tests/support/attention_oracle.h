@@ -5,7 +5,8 @@
 // (codec.h) or its record readers (record.h), so a bug there cannot hide in both.
 //
 // Besides out, LSE and scores it can return error bounds for GPU kernels whose softmax weights
-// enter the output product as BF16 values (attention_bounds below; used by output_compare.h).
+// enter the output product as BF16 values (derived below, before namespace detail; used by
+// output_compare.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -97,7 +98,7 @@ inline void read_k_row(const RecordSpec& spec, const uint8_t* r, float layer_sca
 struct Options {
   bool bf16_operands = false;  // K (and V) rounded to BF16 first (ReferenceOptions::bf16_operands)
   bool bounds = false;         // fill Result::element_bound and norm_bound
-  // Entries per KV split of the kernel being bounded (0: one split); see attention_bounds.
+  // Entries per KV split of the kernel being bounded (0: one split); see the bounds below.
   int split_entries = 0;
 };
 

@@ -4,7 +4,7 @@
 // duplicates, per-row lengths and empty rows. Every row holds the boundary indices capacity - 1
 // (a written slot), capacity, -1, INT32_MIN and INT32_MAX, and a NaN guard record lies past the
 // end of the cache, so an implementation that reads index == capacity produces NaN. Shared by
-// the CPU and GPU suites and the benchmarks.
+// the CPU and GPU suites.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
