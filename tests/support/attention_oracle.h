@@ -144,7 +144,7 @@ inline bool attended(const SparseMlaArgs& a, int row, int pos) {
 // over such a group). With up to 16 entries carrying the weight, 4 sqrt(S) is not below the
 // worst case sum_j P_j |v_j - c_j|; with more the rounding errors average out. Norm bound:
 //   4 x 2^-9 sqrt(S) + sum_j P_j delta_j |v_j| + Delta |out| + 2^-8 |out| + 1e-30,
-// which bounds | |got| - |out| | and hence the relative error of |out| (about 1.4% of |out| for
+// which bounds | |got| - |out| | and hence the relative error of |out| (about 1.3-1.5% of |out| for
 // a softmax over many comparable entries of order-1 values: a 2% scale error exceeds it).
 
 namespace detail {
