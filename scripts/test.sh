@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build and run the test suites. GPU tests (ctest label "gpu") skip cleanly without a device.
-#   scripts/test.sh              release build (CUDA when nvcc is present), all tests
+#   scripts/test.sh              release build (CUDA when nvcc is present), all tests, then the
+#                                Python package: registered for `import nvfp4mla`, its tests run
 #   scripts/test.sh --sanitize   CPU-only build under ASan + UBSan, CPU tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,5 @@ else
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$dir" -j "$jobs"
   ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+  bash scripts/python-package.sh
 fi
