@@ -10,6 +10,7 @@ Every argument must be contiguous. GPU calls run on the caller's stream (torch's
 stream, or ``stream=``), never synchronize, and allocate only outputs left as None: pass ``out``
 and ``lse`` (and a workspace) to capture them in a CUDA graph.
 """
+import sys
 from ctypes import byref, c_int, c_int32
 
 from . import _lib, _tensor
@@ -119,6 +120,56 @@ def _views(stream, q, cache, indices, topk_length):
             None if topk_length is None else view(topk_length, stream))
 
 
+def _ptr(t, Tensor, dtype, shape, device):
+    """data_ptr of a contiguous torch tensor with this dtype, shape and CUDA device, else None."""
+    if (isinstance(t, Tensor) and t.dtype is dtype and t.shape == shape and t.get_device() == device and
+            t.is_contiguous()):
+        return t.data_ptr()
+    return None
+
+
+def _decode_torch(torch, fmt, record_bytes, c_plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse,
+                  lse_base2, stream, shape):
+    """The per-step path for torch tensors with caller-provided outputs: the same checks as the
+    general path, read straight from the tensors (the overhead of an eager call, docs/PERF.md).
+    Returns False, having done nothing, when any check fails: the general path then raises the
+    precise error (or serves the case, e.g. uint16 BF16 bits)."""
+    Tensor = torch.Tensor
+    if not isinstance(q, Tensor) or q.dim() != 3 or not isinstance(indices, Tensor) or indices.dim() != 2:
+        return False
+    rows, heads, topk = shape
+    rows = q.shape[0] if rows is None else rows
+    heads = q.shape[1] if heads is None else heads
+    topk = indices.shape[1] if topk is None else topk
+    device = q.get_device()
+    if device < 0 or not isinstance(cache, Tensor) or cache.dim() < 2:
+        return False
+    cache_shape = cache.shape
+    q_ptr = _ptr(q, Tensor, torch.bfloat16, (rows, heads, QK_DIM), device)
+    cache_ptr = _ptr(cache, Tensor, torch.uint8, cache_shape, device) if cache_shape[-1] == record_bytes else None
+    indices_ptr = _ptr(indices, Tensor, torch.int32, (rows, topk), device)
+    out_ptr = _ptr(out, Tensor, torch.bfloat16, (rows, heads, LATENT_DIM), device)
+    lse_ptr = _ptr(lse, Tensor, torch.float32, (rows, heads), device)
+    length_ptr = None if topk_length is None else _ptr(topk_length, Tensor, torch.int32, (rows,), device)
+    ws_ptr, ws_bytes = None, 0
+    if workspace is not None:
+        if not isinstance(workspace, Tensor):
+            return False
+        ws_bytes = workspace.numel()
+        ws_ptr = _ptr(workspace, Tensor, torch.uint8, workspace.shape, device)
+        if ws_ptr is None:
+            return False
+    if (None in (q_ptr, cache_ptr, indices_ptr, out_ptr, lse_ptr) or (topk_length is not None and length_ptr is None)
+            or ws_bytes < c_plan.workspace_bytes):
+        return False
+    s = torch._C._cuda_getCurrentRawStream(device) if stream is None else _tensor.stream_handle(stream)
+    problem = Attention(q_ptr, rows, heads, cache_ptr, cache.numel() // record_bytes, indices_ptr, topk, length_ptr,
+                        float(sm_scale), 1 if lse_base2 else 0)
+    _lib.call(lib.nvfp4mla_cuda_sparse_decode, byref(fmt), byref(problem), byref(c_plan), ws_ptr, ws_bytes, out_ptr,
+              lse_ptr, device, s)
+    return True
+
+
 def sparse_decode(q, cache, indices, topk_length, sm_scale, plan, workspace, out=None, lse=None, *, lse_base2=False,
                   stream=None):
     """Split-KV sparse MLA decode on the GPU (FlashMLA's sparse decode over NVFP4/FP8/BF16 records).
@@ -134,6 +185,11 @@ def decode_with(fmt, record_bytes, c_plan, q, cache, indices, topk_length, sm_sc
                 lse_base2=False, stream=None, shape=(None, None, None)):
     """sparse_decode with the format and plan given as C structs (what the torch ops pass); `shape`
     is the plan's (rows, heads, topk) when known."""
+    torch = sys.modules.get("torch")
+    if (torch is not None and out is not None and lse is not None and
+            _decode_torch(torch, fmt, record_bytes, c_plan, q, cache, indices, topk_length, sm_scale, workspace, out,
+                          lse, lse_base2, stream, shape)):
+        return out, lse
     op = "sparse_decode"
     s = resolve_stream(stream, q)
     vq, vc, vi, vl = _views(s, q, cache, indices, topk_length)

@@ -5,6 +5,7 @@ their work on the caller's stream (torch's or CuPy's current stream by default, 
 never allocate (except an output left as None) and never synchronize, so they can be captured in
 CUDA graphs. numpy and CuPy have no bfloat16: a uint16 array is read as BF16 bits.
 """
+import sys
 from ctypes import byref
 
 from . import _lib, _tensor
@@ -125,8 +126,57 @@ def write_cache(kv_c, k_pe, cache, slot_mapping, config, *, error_count=None, st
     write_cache_format(config.format(), config.record_bytes, kv_c, k_pe, cache, slot_mapping, error_count, stream)
 
 
+def _write_cache_torch(torch, fmt, record_bytes, kv_c, k_pe, cache, slot_mapping, error_count, stream):
+    """The per-step path for CUDA torch tensors: the general path's checks read straight from the
+    tensors. Returns False, having done nothing, when any check fails (the general path then
+    raises the precise error or serves the case)."""
+    Tensor = torch.Tensor
+    if not (isinstance(kv_c, Tensor) and isinstance(k_pe, Tensor) and isinstance(cache, Tensor) and
+            isinstance(slot_mapping, Tensor)):
+        return False
+    device = cache.get_device()
+    input_type = _TORCH_INPUT_TYPES.get(kv_c.dtype)
+    if device < 0 or input_type is None or kv_c.dim() != 2 or cache.dim() < 2:
+        return False
+    n = kv_c.shape[0]
+    if not (kv_c.shape[1] == LATENT_DIM and kv_c.stride(1) == 1 and kv_c.get_device() == device and
+            k_pe.dtype is kv_c.dtype and k_pe.shape == (n, ROPE_DIM) and k_pe.stride(1) == 1 and
+            k_pe.get_device() == device and slot_mapping.dtype is torch.int64 and slot_mapping.shape == (n,) and
+            slot_mapping.is_contiguous() and slot_mapping.get_device() == device and cache.dtype is torch.uint8 and
+            cache.shape[-1] == record_bytes and cache.is_contiguous()):
+        return False
+    counter = 0
+    if error_count is not None:
+        if not (isinstance(error_count, Tensor) and error_count.dtype in (torch.int64, getattr(torch, "uint64", None))
+                and error_count.shape == (1,) and error_count.get_device() == device):
+            return False
+        counter = error_count.data_ptr()
+    s = torch._C._cuda_getCurrentRawStream(device) if stream is None else _tensor.stream_handle(stream)
+    _lib.call(lib.nvfp4mla_cuda_write_cache, byref(fmt), input_type, kv_c.data_ptr(), kv_c.stride(0), k_pe.data_ptr(),
+              k_pe.stride(0), n, slot_mapping.data_ptr(), cache.data_ptr(), cache.numel() // record_bytes, counter,
+              device, s)
+    return True
+
+
+class _TorchInputTypes(dict):
+    """torch dtype -> input type code, filled when torch is first seen."""
+
+    def get(self, dtype, default=None):
+        if not self:
+            import torch
+            self.update({torch.bfloat16: 0, torch.float16: 1, torch.float32: 2})
+        return dict.get(self, dtype, default)
+
+
+_TORCH_INPUT_TYPES = _TorchInputTypes()
+
+
 def write_cache_format(fmt, record_bytes, kv_c, k_pe, cache, slot_mapping, error_count=None, stream=None):
     """write_cache with the format given as the C struct (what the torch ops pass)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and _write_cache_torch(torch, fmt, record_bytes, kv_c, k_pe, cache, slot_mapping, error_count,
+                                                stream):
+        return
     op = "write_cache"
     s = resolve_stream(stream, kv_c)
     vc = view(cache, s)

@@ -6,10 +6,10 @@ captured in CUDA graphs like built-in ones (they never allocate or synchronize).
 into caller-provided tensors and returns nothing:
 
   torch.ops.nvfp4mla.write_cache(kv_c, k_pe, cache!, slot_mapping, cache_dtype, rope, scale_mode,
-                                 layer_scale, error_count!?)
-  torch.ops.nvfp4mla.gather_records(cache, slots, output!, error_count!?)
-  torch.ops.nvfp4mla.scatter_records(src, slots, cache!, error_count!?)
-  torch.ops.nvfp4mla.sparse_decode(q, cache, indices, topk_length?, sm_scale, plan: int[], workspace!?,
+                                 layer_scale)
+  torch.ops.nvfp4mla.gather_records(cache, slots, output!)
+  torch.ops.nvfp4mla.scatter_records(src, slots, cache!)
+  torch.ops.nvfp4mla.sparse_decode(q, cache, indices, topk_length?, sm_scale, plan: int[], workspace!,
                                    output!, lse!, cache_dtype, rope, scale_mode, layer_scale, lse_base2)
   torch.ops.nvfp4mla.sparse_extend(q, cache, indices, topk_length?, sm_scale, output!, lse!, cache_dtype,
                                    rope, scale_mode, layer_scale, lse_base2)
@@ -20,6 +20,10 @@ The format travels as its names and the layer scale (FormatConfig.cache_dtype/.r
 .layer_scale), the decode plan as DecodePlan.as_list(). The functions below take a FormatConfig
 or DecodePlan, allocate outputs left as None (torch.empty, fine inside a graph or compile) and
 call the ops.
+
+Mutated arguments are never optional (an optional mutated argument passed as None breaks the
+version-counter bookkeeping of some torch releases): a plan that needs no workspace takes an empty
+tensor, and the slot counter of nvfp4mla.write_cache(error_count=...) has no op form.
 """
 from typing import List, Optional
 
@@ -68,41 +72,41 @@ def _plan(fields):
 
 # ---- ops ----------------------------------------------------------------------------------------
 
-@torch.library.custom_op("nvfp4mla::write_cache", mutates_args=("cache", "error_count"))
+@torch.library.custom_op("nvfp4mla::write_cache", mutates_args=("cache",))
 def _write_cache_op(kv_c: Tensor, k_pe: Tensor, cache: Tensor, slot_mapping: Tensor, cache_dtype: str, rope: str,
-                    scale_mode: str, layer_scale: float, error_count: Optional[Tensor] = None) -> None:
+                    scale_mode: str, layer_scale: float) -> None:
     fmt, rb = _format(cache_dtype, rope, scale_mode, layer_scale)
-    write_cache_format(fmt, rb, kv_c, k_pe, cache, slot_mapping, error_count)
+    write_cache_format(fmt, rb, kv_c, k_pe, cache, slot_mapping)
 
 
 @_write_cache_op.register_fake
-def _(kv_c, k_pe, cache, slot_mapping, cache_dtype, rope, scale_mode, layer_scale, error_count=None):
+def _(kv_c, k_pe, cache, slot_mapping, cache_dtype, rope, scale_mode, layer_scale):
     return None
 
 
-@torch.library.custom_op("nvfp4mla::gather_records", mutates_args=("output", "error_count"))
-def _gather_records_op(cache: Tensor, slots: Tensor, output: Tensor, error_count: Optional[Tensor] = None) -> None:
-    _gather_records(cache, slots, output, error_count=error_count)
+@torch.library.custom_op("nvfp4mla::gather_records", mutates_args=("output",))
+def _gather_records_op(cache: Tensor, slots: Tensor, output: Tensor) -> None:
+    _gather_records(cache, slots, output)
 
 
 @_gather_records_op.register_fake
-def _(cache, slots, output, error_count=None):
+def _(cache, slots, output):
     return None
 
 
-@torch.library.custom_op("nvfp4mla::scatter_records", mutates_args=("cache", "error_count"))
-def _scatter_records_op(src: Tensor, slots: Tensor, cache: Tensor, error_count: Optional[Tensor] = None) -> None:
-    _scatter_records(src, slots, cache, error_count=error_count)
+@torch.library.custom_op("nvfp4mla::scatter_records", mutates_args=("cache",))
+def _scatter_records_op(src: Tensor, slots: Tensor, cache: Tensor) -> None:
+    _scatter_records(src, slots, cache)
 
 
 @_scatter_records_op.register_fake
-def _(src, slots, cache, error_count=None):
+def _(src, slots, cache):
     return None
 
 
 @torch.library.custom_op("nvfp4mla::sparse_decode", mutates_args=("workspace", "output", "lse"))
 def _sparse_decode_op(q: Tensor, cache: Tensor, indices: Tensor, topk_length: Optional[Tensor], sm_scale: float,
-                      plan: List[int], workspace: Optional[Tensor], output: Tensor, lse: Tensor, cache_dtype: str,
+                      plan: List[int], workspace: Tensor, output: Tensor, lse: Tensor, cache_dtype: str,
                       rope: str, scale_mode: str, layer_scale: float, lse_base2: bool) -> None:
     fmt, rb = _format(cache_dtype, rope, scale_mode, layer_scale)
     decode_with(fmt, rb, _plan(plan), q, cache, indices, topk_length, sm_scale, workspace, output, lse, lse_base2)
@@ -145,22 +149,22 @@ def _names(config):
     return config.cache_dtype, config.rope, config.scale_mode, float(config.layer_scale)
 
 
-def write_cache(kv_c, k_pe, cache, slot_mapping, config, error_count=None):
+def write_cache(kv_c, k_pe, cache, slot_mapping, config):
     """nvfp4mla.write_cache through torch.ops.nvfp4mla.write_cache (mutates cache)."""
-    torch.ops.nvfp4mla.write_cache(kv_c, k_pe, cache, slot_mapping, *_names(config), error_count)
+    torch.ops.nvfp4mla.write_cache(kv_c, k_pe, cache, slot_mapping, *_names(config))
 
 
-def gather_records(cache, slots, out=None, error_count=None):
+def gather_records(cache, slots, out=None):
     """Records of ``slots`` into out: uint8 [n, record_bytes] (allocated when None)."""
     if out is None:
         out = torch.empty((slots.shape[0], cache.shape[-1]), dtype=torch.uint8, device=cache.device)
-    torch.ops.nvfp4mla.gather_records(cache, slots, out, error_count)
+    torch.ops.nvfp4mla.gather_records(cache, slots, out)
     return out
 
 
-def scatter_records(src, slots, cache, error_count=None):
+def scatter_records(src, slots, cache):
     """Records src: uint8 [n, record_bytes] into ``slots`` of the cache (mutates cache)."""
-    torch.ops.nvfp4mla.scatter_records(src, slots, cache, error_count)
+    torch.ops.nvfp4mla.scatter_records(src, slots, cache)
 
 
 def _attention_outputs(q, out, lse):
@@ -175,6 +179,8 @@ def _attention_outputs(q, out, lse):
 def sparse_decode(q, cache, indices, topk_length, sm_scale, plan, workspace, out=None, lse=None, lse_base2=False):
     """nvfp4mla.sparse_decode through torch.ops.nvfp4mla.sparse_decode; returns (out, lse)."""
     out, lse = _attention_outputs(q, out, lse)
+    if workspace is None:
+        workspace = torch.empty(0, dtype=torch.uint8, device=q.device)
     torch.ops.nvfp4mla.sparse_decode(q, cache, indices, topk_length, float(sm_scale), plan.as_list(), workspace, out,
                                      lse, plan.cache_dtype, plan.rope, plan.scale_mode, float(plan.layer_scale),
                                      bool(lse_base2))

@@ -291,8 +291,8 @@ def test_library_errors_surface_as_exceptions():
 # ---- torch ops ------------------------------------------------------------------------------------------
 
 OPS = ("write_cache", "gather_records", "scatter_records", "sparse_decode", "sparse_extend", "sparse_scores")
-MUTATED = {"write_cache": {"cache", "error_count"}, "gather_records": {"output", "error_count"},
-           "scatter_records": {"cache", "error_count"}, "sparse_decode": {"workspace", "output", "lse"},
+MUTATED = {"write_cache": {"cache"}, "gather_records": {"output"},
+           "scatter_records": {"cache"}, "sparse_decode": {"workspace", "output", "lse"},
            "sparse_extend": {"output", "lse"}, "sparse_scores": {"output"}}
 
 
@@ -318,13 +318,12 @@ def test_opcheck():
     cfg = nvfp4mla.FormatConfig(rope="fp8", scale_mode="dynamic")
     kv_c, k_pe = tokens(8, seed=17)
     cache = cache_for(cfg, blocks=2, block_size=8)
-    count = torch.zeros(1, dtype=torch.int64, device=DEV)
     slots = torch.tensor([0, 3, 5, 7, 8, 9, -1, 15], device=DEV)
     names = (cfg.cache_dtype, cfg.rope, cfg.scale_mode, cfg.layer_scale)
-    torch.library.opcheck(torch.ops.nvfp4mla.write_cache.default, (kv_c, k_pe, cache, slots, *names, count))
+    torch.library.opcheck(torch.ops.nvfp4mla.write_cache.default, (kv_c, k_pe, cache, slots, *names))
     out = torch.empty(8, cfg.record_bytes, dtype=torch.uint8, device=DEV)
-    torch.library.opcheck(torch.ops.nvfp4mla.gather_records.default, (cache, slots, out, count))
-    torch.library.opcheck(torch.ops.nvfp4mla.scatter_records.default, (out, slots, cache, None))
+    torch.library.opcheck(torch.ops.nvfp4mla.gather_records.default, (cache, slots, out))
+    torch.library.opcheck(torch.ops.nvfp4mla.scatter_records.default, (out, slots, cache))
     _, args = decode_args(cfg)
     torch.library.opcheck(torch.ops.nvfp4mla.sparse_decode.default, args)
     q, cache2, indices, lengths = args[:4]
