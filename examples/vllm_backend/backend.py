@@ -90,8 +90,12 @@ class Nvfp4MlaMetadataBuilder:
         if route == "decode" and rows > self.scratch.decode_rows:
             raise ValueError(f"{rows} decode rows exceed the scratch's {self.scratch.decode_rows}")
         n = rows * self.num_heads
-        output = self.output_region.view(torch.bfloat16)[:n * 512].view(rows, self.num_heads, 512)
-        lse = self.lse_region.view(torch.float32)[:n].view(rows, self.num_heads)
+        if rows <= self.scratch.decode_rows:
+            output = self.output_region.view(torch.bfloat16)[:n * 512].view(rows, self.num_heads, 512)
+            lse = self.lse_region.view(torch.float32)[:n].view(rows, self.num_heads)
+        else:  # an extend batch larger than the decode scratch: outputs of its own
+            output = torch.empty(rows, self.num_heads, 512, dtype=torch.bfloat16, device=self.arena.device)
+            lse = torch.empty(rows, self.num_heads, dtype=torch.float32, device=self.arena.device)
         plan = self._plan(rows) if route == "decode" else None
         return Nvfp4MlaMetadata(rows, slot_mapping, indices, topk_length, route, reason, plan,
                                 self.workspace if plan is not None else None, output, lse)
