@@ -2,7 +2,8 @@
 # Build and run the test suites. GPU tests (ctest label "gpu") skip cleanly without a device.
 #   scripts/test.sh              release build (CUDA when nvcc is present), all tests, then the
 #                                Python package: registered for `import nvfp4mla`, its tests run
-#   scripts/test.sh --sanitize   CPU-only build under ASan + UBSan, CPU tests
+#   scripts/test.sh --sanitize   CPU-only build under ASan + UBSan, CPU tests (the Python package's
+#                                too, over the sanitized C ABI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -13,6 +14,7 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   cmake --build "$dir" -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$dir" -L cpu --output-on-failure -j "$jobs"
+  bash scripts/python-package.sh --sanitize
 else
   dir=build
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -85,11 +85,10 @@ def main():
         stream = torch.cuda.current_stream().cuda_stream
         fn_c = _lib.lib.nvfp4mla_cuda_sparse_decode
         fmt, c_plan = plan._format, plan._c
-        nbytes = ws.numel()
+        ws_ptr, nbytes, out_ptr, lse_ptr = ws.data_ptr(), ws.numel(), out.data_ptr(), lse.data_ptr()
 
         def c_call():
-            fn_c(byref(fmt), byref(problem), byref(c_plan), ws.data_ptr(), nbytes, out.data_ptr(), lse.data_ptr(), 0,
-                 stream)
+            fn_c(byref(fmt), byref(problem), byref(c_plan), ws_ptr, nbytes, out_ptr, lse_ptr, 0, stream)
 
         def python_call():
             nvfp4mla.sparse_decode(q, cache, indices, None, 0.04, plan, ws, out, lse)

@@ -13,7 +13,7 @@ import ctypes
 import ctypes.util
 import os
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
-                    c_uint8, c_uint64, c_void_p)
+                    c_uint64, c_void_p)
 
 C_API_VERSION = 1
 LIBRARY_FILE = "libnvfp4mla_c.so"

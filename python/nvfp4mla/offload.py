@@ -109,6 +109,7 @@ class Store:
         return out if hit.value else None
 
     def contains(self, key):
+        """Whether a block is stored under ``key`` (on disk; DRAM is write-through)."""
         k = _key(key)
         found = c_int32()
         _lib.call(lib.nvfp4mla_store_contains, self._live(), k, len(k), byref(found))

@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 import numpy as np  # noqa: E402
 
-import nvfp4mla  # noqa: E402
+import nvfp4mla  # noqa: E402,F401  (fails early, with its own message, when the library is missing)
 
 VLLM_VARIABLES = ("VLLM_NVFP4_MLA_DYNAMIC_SCALE", "KV_FP8_ROPE", "VLLM_NVFP4_MLA_SCALES_FILE",
                   "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE")
