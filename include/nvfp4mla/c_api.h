@@ -51,6 +51,8 @@ NVFP4MLA_C_EXPORT int nvfp4mla_c_api_version(void);
 NVFP4MLA_C_EXPORT const char* nvfp4mla_last_error(void);
 NVFP4MLA_C_EXPORT int nvfp4mla_built_with_cuda(void);
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_device_count(void);
+/* The model geometry every format shares: latent (kv_c, also V) and RoPE (k_pe) values per token. */
+NVFP4MLA_C_EXPORT void nvfp4mla_dims(int32_t* latent_dim, int32_t* rope_dim);
 /* SM count of a device (for nvfp4mla_plan_decode). */
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sm_count(int device, int* sm_count);
 

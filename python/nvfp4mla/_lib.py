@@ -151,6 +151,7 @@ _P_I32 = POINTER(c_int32)
 _SIGNATURES = {
     "nvfp4mla_last_error": (c_char_p, []),
     "nvfp4mla_built_with_cuda": (c_int, []),
+    "nvfp4mla_dims": (None, [POINTER(c_int32), POINTER(c_int32)]),
     "nvfp4mla_cuda_device_count": (c_int, []),
     "nvfp4mla_cuda_sm_count": (c_int, [c_int, POINTER(c_int)]),
     "nvfp4mla_config_create": (c_int, [POINTER(FormatOptions), POINTER(P)]),
@@ -226,7 +227,14 @@ def text(ptr):
     return ptr.value.decode("utf-8") if isinstance(ptr, c_char_p) else ptr.decode("utf-8")
 
 
-# Codes of c_api.h.
+def _dims():
+    latent, rope = c_int32(), c_int32()
+    lib.nvfp4mla_dims(ctypes.byref(latent), ctypes.byref(rope))
+    return latent.value, rope.value
+
+
+# The geometry every record format shares (format.h), and the codes of c_api.h.
+LATENT_DIM, ROPE_DIM = _dims()
 CACHE_DTYPES = ("bf16", "fp8_ds_mla", "nvfp4_ds_mla")
 ROPES = ("bf16", "fp8")
 SCALE_MODES = ("implicit", "static", "dynamic")

@@ -12,8 +12,8 @@ from . import _lib, _tensor
 from ._lib import lib
 from ._tensor import CPU, CUDA, check, require_device, view
 
-LATENT_DIM = 512
-ROPE_DIM = 64
+LATENT_DIM = _lib.LATENT_DIM  # kv_c values per token (also V)
+ROPE_DIM = _lib.ROPE_DIM      # k_pe values per token
 QK_DIM = LATENT_DIM + ROPE_DIM
 _INPUT_DTYPES = ("bfloat16", "float16", "float32", "uint16")
 _COUNTER_DTYPES = ("uint64", "int64")

@@ -145,6 +145,10 @@ extern "C" {
 int nvfp4mla_c_api_version(void) { return NVFP4MLA_C_API_VERSION; }
 const char* nvfp4mla_last_error(void) { return last_error(); }
 int nvfp4mla_built_with_cuda(void) { return built_with_cuda() ? 1 : 0; }
+void nvfp4mla_dims(int32_t* latent_dim, int32_t* rope_dim) {
+  if (latent_dim) *latent_dim = kLatentDim;
+  if (rope_dim) *rope_dim = kRopeDim;
+}
 int nvfp4mla_cuda_device_count(void) { return cuda_device_count(); }
 
 int nvfp4mla_config_create(const nvfp4mla_format_options* o, nvfp4mla_config** config) {
