@@ -5,7 +5,8 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
       libssl-dev libxxhash-dev libbenchmark-dev libpng-dev zlib1g-dev
-      pkg-config libcairo2-dev fonts-dejavu-core)  # cairo + a font: `nvfp4mla eval --plot` PNG figures
+      pkg-config libcairo2-dev fonts-dejavu-core  # cairo + a font: `nvfp4mla eval --plot` PNG figures
+      python3 python3-numpy python3-pytest)       # the Python package (python/) and its tests
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build and run the test suites. GPU tests (ctest label "gpu") skip cleanly without a device.
-#   scripts/test.sh              release build (CUDA when nvcc is present), all tests
-#   scripts/test.sh --sanitize   CPU-only build under ASan + UBSan, CPU tests
+#   scripts/test.sh              release build (CUDA when nvcc is present), all tests, then the
+#                                Python package: registered for `import nvfp4mla`, its tests run
+#   scripts/test.sh --sanitize   CPU-only build under ASan + UBSan, CPU tests (the Python package's
+#                                too, over the sanitized C ABI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -12,9 +14,11 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   cmake --build "$dir" -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$dir" -L cpu --output-on-failure -j "$jobs"
+  bash scripts/python-package.sh --sanitize
 else
   dir=build
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$dir" -j "$jobs"
   ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+  bash scripts/python-package.sh
 fi
