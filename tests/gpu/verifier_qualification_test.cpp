@@ -183,7 +183,11 @@ BatchFailures check_batch(const RecordSpec& spec, int width, uint64_t seed, int 
   }
   {
     SCOPED_TRACE("decode route vs extend route");
-    f.decode_vs_extend = compare_attention(as_float(dec.out), as_float(ext.out), dec.lse, ext.lse, both_bounds, heads, limits).failures;
+    // Each route is within angle a = acos(1 - c) of the reference, so the two are within 2a of
+    // each other: 1 - cos(2a) ~ 4c for small c.
+    const nvfp4mla::testing::CompareLimits pair_limits{.cos_limit = 4 * kCosLimit};
+    f.decode_vs_extend =
+        compare_attention(as_float(dec.out), as_float(ext.out), dec.lse, ext.lse, both_bounds, heads, pair_limits).failures;
   }
   return f;
 }
