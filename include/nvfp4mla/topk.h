@@ -101,11 +101,13 @@ struct TopkPlan {
 };
 
 inline constexpr int kTopkCtasPerSm = 2;           // the planner aims at this many CTAs per SM
-inline constexpr int64_t kTopkMinSegment = 4096;   // ... without cutting rows finer than this
+inline constexpr int64_t kTopkMinSegment = 4096;   // ... without cutting rows finer than this,
+inline constexpr int64_t kTopkMaxSegment = 16384;  // ... and, once it splits, not coarser than this
 
 // The planner: rows x segments ~ kTopkCtasPerSm x sm_count CTAs, segments of at least
-// kTopkMinSegment entries; one segment per row means row_per_cta. Throws Error for negative
-// sizes or a non-positive SM count.
+// kTopkMinSegment entries; one segment per row means row_per_cta. Split rows get segments of at
+// most kTopkMaxSegment entries (H200: 16 x 1,048,576 took 235 us in 17 segments per row, 204 in
+// 34 and 181 in 66; docs/SELECTION.md). Throws Error for negative sizes or a non-positive SM count.
 TopkPlan plan_topk(int rows, int64_t columns, int sm_count);
 // A split_rows plan with `segments` segments per row (segment_len a multiple of 256); tests and
 // benchmarks use it to run a chosen split.

@@ -268,6 +268,10 @@ TEST(TopkPlan, PlannerSplitsLongRowsAndKeepsManyRowsWhole) {
   EXPECT_EQ(mid.kernel, TopkKernel::split_rows);
   EXPECT_GE(int64_t(mid.segments) * 64, sms);
   EXPECT_GT(topk_workspace_bytes(mid, 64), 0u);
+  const auto long_rows = plan_topk(16, 1 << 20, sms);
+  EXPECT_EQ(long_rows.kernel, TopkKernel::split_rows);
+  EXPECT_LE(long_rows.segment_len, kTopkMaxSegment);
+  EXPECT_EQ(plan_topk(4, 163840, sms).segments, 40);
   EXPECT_EQ(plan_topk(1, 3000, sms).kernel, TopkKernel::row_per_cta);  // shorter than a segment
   EXPECT_EQ(plan_topk(4, 0, sms).kernel, TopkKernel::row_per_cta);
   for (int64_t columns : {int64_t(1), int64_t(255), int64_t(4097), int64_t(118750), int64_t(1) << 21})

@@ -142,7 +142,8 @@ __device__ __forceinline__ void write_selected(const TopkArgs& a, const TopkOutp
 // and keys equal to T (T != 0) while fewer than `need` of those came before. gt_before and
 // eq_before count the row's entries above and equal to T before `begin`. An entry's output
 // place is the number of selected entries before it: (above T before it) + min(equal to T
-// before it, need).
+// before it, need), or just the first when T = 0 (key 0 is never selected, so the entries equal
+// to it, which eq_before counts in a split row, take no places).
 __device__ void compact_range(SharedStorage& s, const TopkArgs& a, const TopkOutputs& o, int row, int64_t begin,
                               int64_t end, uint32_t T, uint32_t need, uint32_t gt_before, uint32_t eq_before,
                               unsigned long long* error_count) {
@@ -162,11 +163,12 @@ __device__ void compact_range(SharedStorage& s, const TopkArgs& a, const TopkOut
     uint32_t excl, total;
     BlockScanU32(s.temp.scan).ExclusiveSum(gt | (eq << 16), excl, total);
     uint32_t g = gt_before + (excl & 0xFFFFu), e = eq_before + (excl >> 16);
+    const uint32_t ties = T != 0 ? need : 0u;
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       const int64_t col = tile + threadIdx.x * kItems + j;
       if (key[j] > T) {
-        write_selected(a, o, row, g + min(e, need), col, x[j], error_count);
+        write_selected(a, o, row, g + min(e, ties), col, x[j], error_count);
         ++g;
       } else if (T != 0 && key[j] == T) {
         if (e < need) write_selected(a, o, row, g + e, col, x[j], error_count);

@@ -122,8 +122,9 @@ TopkPlan plan_topk(int rows, int64_t columns, int sm_count) {
   const int64_t target = int64_t(kTopkCtasPerSm) * sm_count;
   const int64_t by_length = (columns + kTopkMinSegment - 1) / kTopkMinSegment;
   const int64_t by_rows = (target + std::max(rows, 1) - 1) / std::max(rows, 1);
-  const int64_t segments = std::min(by_length, by_rows);
+  int64_t segments = std::min(by_length, by_rows);
   if (segments > 1) {
+    segments = std::max(segments, (columns + kTopkMaxSegment - 1) / kTopkMaxSegment);
     const TopkPlan p = split_topk_plan(columns, static_cast<int>(segments));
     if (p.segments > 1) return p;
   }
