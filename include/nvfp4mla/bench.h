@@ -60,6 +60,27 @@ struct WriteResult {
   double clock_mhz = 0;     // as in DecodeResult
 };
 
+// Exact top-k (cuda/topk.h) on random logits rows generated on the device, with an in-run
+// anchor: CUB's segmented radix sort (pairs: values, positions; descending) of the same rows.
+// matches_sort: the top-k equals the first k positions of that (stable) sort, sorted.
+struct TopkCase {
+  int rows = 0;
+  int64_t columns = 0;
+  int k = 2048;
+  int segments = 0;         // 0: the planner's plan; 1: row_per_cta; more: split_rows with that many
+};
+
+struct TopkResult {
+  TopkCase c;
+  std::string kernel;       // the plan: to_string(TopkKernel)
+  int segments = 1;
+  double median_us = 0, min_us = 0;
+  double gbps = 0;          // logits bytes / time
+  double sort_us = 0;       // CUB segmented radix sort of the same rows
+  bool matches_sort = false;
+  double clock_mhz = 0;     // as in DecodeResult
+};
+
 enum class L2Flush { read, write };
 const char* to_string(L2Flush f);
 
@@ -81,6 +102,7 @@ struct Options {
 Ceilings measure_ceilings(const Options& opt);
 std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const Ceilings& ceil, const Options& opt);
 std::vector<WriteResult> run_write(const std::vector<WriteCase>& cases, const Ceilings& ceil, const Options& opt);
+std::vector<TopkResult> run_topk(const std::vector<TopkCase>& cases, const Options& opt);
 
 // PNG figures (cairo) of the JSON files written by `nvfp4mla bench decode|extend|write --json`,
 // into `dir` (created if missing):

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "device_bytes.h"
 #include "format_flags.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/device.h"
@@ -30,28 +31,6 @@ struct AttendArgs {
 };
 
 #if defined(NVFP4MLA_WITH_CUDA)
-// Owns one device allocation; every CUDA call is checked.
-class DeviceBytes {
- public:
-  explicit DeviceBytes(size_t n) : n_(n) {
-    if (n && cudaMalloc(&p_, n) != cudaSuccess) throw Error("cudaMalloc of " + std::to_string(n) + " bytes failed");
-  }
-  DeviceBytes(const void* host, size_t n) : DeviceBytes(n) {
-    if (n && cudaMemcpy(p_, host, n, cudaMemcpyHostToDevice) != cudaSuccess) throw Error("copy to the GPU failed");
-  }
-  ~DeviceBytes() { if (p_) cudaFree(p_); }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  template <class T> T* as() const { return static_cast<T*>(p_); }
-  void download(void* host) const {
-    if (n_ && cudaMemcpy(host, p_, n_, cudaMemcpyDeviceToHost) != cudaSuccess) throw Error("copy from the GPU failed");
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
-
 void attend_cuda(const RecordSpec& spec, const SparseMlaArgs& host, float* out, float* lse) {
   if (cuda_device_count() == 0) throw Error("--device cuda: no CUDA device is visible");
   const int rb = spec.record_bytes();

@@ -1,5 +1,6 @@
 // nvfp4mla bench decode|extend|write: GPU benchmarks with the device ceilings measured in the same
 // run; nvfp4mla bench plot: PNG figures of their --json files.
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,7 @@ struct BenchFlags {
   int splits = 0;
   int64_t capacity = int64_t(1) << 20;
   int64_t tokens = 1 << 20;
+  std::vector<int64_t> columns;  // bench topk
   int warmup = 3, iters = 20;
   double warmup_seconds = 5.0;
   std::string l2_flush = "read";
@@ -49,11 +51,8 @@ std::string spec_name(const RecordSpec& s) {
          (s.is_nvfp4() ? std::string("-") + to_string(s.scale_mode) : "");
 }
 
-void add_common(CLI::App* cmd, BenchFlags& f) {
-  cmd->add_option("--cache-dtype", f.cache_dtype, "nvfp4_ds_mla | fp8_ds_mla | bf16");
-  cmd->add_option("--rope", f.rope, "fp8 | bf16 (nvfp4)");
-  cmd->add_option("--scale-mode", f.scale_mode, "implicit | static | dynamic (nvfp4)");
-  cmd->add_flag("--all-formats", f.all_formats, "every format and scale mode");
+// Timing flags shared by every benchmark.
+void add_timing(CLI::App* cmd, BenchFlags& f) {
   cmd->add_option("--warmup", f.warmup, "warm-up launches")->check(CLI::Range(0, 1000));
   cmd->add_option("--warmup-seconds", f.warmup_seconds, "seconds the GPU is kept busy after the ceilings (whose GEMMs lower its clocks) before any case is timed")
       ->check(CLI::Range(0.0, 600.0));
@@ -63,6 +62,15 @@ void add_common(CLI::App* cmd, BenchFlags& f) {
                   "(dirty L2, whose write-back overlaps the kernel)")
       ->check(CLI::IsMember({"read", "write"}));
   cmd->add_option("--json", f.json_path, "write every number as JSON to this file");
+}
+
+// Timing and record format flags.
+void add_common(CLI::App* cmd, BenchFlags& f) {
+  cmd->add_option("--cache-dtype", f.cache_dtype, "nvfp4_ds_mla | fp8_ds_mla | bf16");
+  cmd->add_option("--rope", f.rope, "fp8 | bf16 (nvfp4)");
+  cmd->add_option("--scale-mode", f.scale_mode, "implicit | static | dynamic (nvfp4)");
+  cmd->add_flag("--all-formats", f.all_formats, "every format and scale mode");
+  add_timing(cmd, f);
 }
 
 bench::Options options_of(const BenchFlags& f) {
@@ -151,6 +159,39 @@ void run_write_bench(const BenchFlags& f) {
   write_json(f.json_path, j);
 }
 
+void run_topk_bench(const BenchFlags& f) {
+  std::vector<bench::TopkCase> cases;
+  if (f.rows.empty() && f.columns.empty()) {
+    // The bars of issue 22 (k = 2048), then the torch.topk anchors of SELECTION.md.
+    const int64_t shapes[][2] = {{1, 1 << 20}, {64, 131072}, {16, 1 << 20}, {4, 163840}, {1, 131072}, {128, 32768}};
+    for (int k : f.topk.empty() ? std::vector<int>{2048} : f.topk)
+      for (const auto& s : shapes) cases.push_back({static_cast<int>(s[0]), s[1], k, f.splits});
+  } else {
+    for (int r : f.rows.empty() ? std::vector<int>{1} : f.rows)
+      for (int64_t c : f.columns.empty() ? std::vector<int64_t>{1 << 20} : f.columns)
+        for (int k : f.topk.empty() ? std::vector<int>{2048} : f.topk) cases.push_back({r, c, k, f.splits});
+  }
+  const auto opt = options_of(f);
+  const auto ceil = bench::measure_ceilings(opt);
+  const auto res = bench::run_topk(cases, opt);
+  print_ceilings(ceil, opt);
+  std::printf("sort us: CUB segmented radix sort (pairs, descending) of the same rows; exact: top-k == its first k\n");
+  std::printf("%5s %9s %5s %-12s %5s %10s %8s %10s %7s %6s %5s\n", "rows", "columns", "k", "kernel", "segs", "median us",
+              "GB/s", "sort us", "x sort", "exact", "MHz");
+  nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"topk", nlohmann::json::array()}};
+  for (const auto& r : res) {
+    std::printf("%5d %9lld %5d %-12s %5d %10.1f %8.0f %10.1f %7.1f %6s %5.0f\n", r.c.rows, static_cast<long long>(r.c.columns),
+                r.c.k, r.kernel.c_str(), r.segments, r.median_us, r.gbps, r.sort_us, r.sort_us / r.median_us,
+                r.matches_sort ? "yes" : "NO", r.clock_mhz);
+    j["topk"].push_back({{"rows", r.c.rows}, {"columns", r.c.columns}, {"k", r.c.k}, {"kernel", r.kernel},
+                         {"segments", r.segments}, {"median_us", r.median_us}, {"min_us", r.min_us}, {"gbps", r.gbps},
+                         {"sort_us", r.sort_us}, {"matches_sort", r.matches_sort}, {"clock_mhz", r.clock_mhz}});
+  }
+  write_json(f.json_path, j);
+  for (const auto& r : res)
+    if (!r.matches_sort) throw Error("bench topk: a result differs from the sort's first k (see the table)");
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -183,6 +224,14 @@ void add_bench_command(CLI::App& app) {
   add_common(wr, *f);
   wr->add_option("--tokens", f->tokens, "tokens written per launch")->check(CLI::Range(int64_t(1), int64_t(1) << 26));
   wr->callback([f] { run_write_bench(*f); });
+  auto* topk = bench_cmd->add_subcommand("topk", "Exact top-k, against CUB's segmented radix sort of the same rows");
+  add_timing(topk, *f);
+  topk->add_option("--rows", f->rows, "rows (default: the issue's shapes)")->check(CLI::PositiveNumber);
+  topk->add_option("--columns", f->columns, "entries per row")->check(CLI::Range(int64_t(1), int64_t(INT32_MAX)));
+  topk->add_option("--k", f->topk, "entries selected per row (default 2048)")->check(CLI::Range(1, 4096));
+  topk->add_option("--segments", f->splits, "CTAs per row: 0 = the planner, 1 = one CTA per row, more = split rows")
+      ->check(CLI::Range(0, 65535));
+  topk->callback([f] { run_topk_bench(*f); });
   auto* plot = bench_cmd->add_subcommand("plot", "PNG figures of bench --json files: decode/extend times, writer bandwidth");
   auto plot_files = std::make_shared<std::vector<std::string>>();
   auto plot_dir = std::make_shared<std::string>();
