@@ -12,6 +12,7 @@ void add_store_command(CLI::App& app);  // store (KV offload store) (store_comma
 void add_attend_command(CLI::App& app);  // attend (attend_command.cpp)
 void add_bench_command(CLI::App& app);  // bench (bench_command.cpp)
 void add_plan_command(CLI::App& app);  // plan (plan_command.cpp)
+void add_index_command(CLI::App& app);  // index encode (index_command.cpp)
 void add_info_command(CLI::App& app);  // info (main.cpp)
 
 }  // namespace nvfp4mla::cli
