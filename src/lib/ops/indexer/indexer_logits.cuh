@@ -30,22 +30,21 @@
 #include <cstdint>
 
 #include "nvfp4mla/index_key.h"
+#include "ops/indexer/indexer_schedule.h"
 #include "ops/indexer/wgmma_fp8.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
 
 namespace nvfp4mla::cuda::indexer_kernels {
 
+using namespace indexer_schedule;
+
 enum class Mma { wgmma, mma_sync };
 enum class Source { contiguous, paged };
 
-inline constexpr int kTileKeys = 64;   // M of one warpgroup MMA
-inline constexpr int kGroups = 2;      // consumer warpgroups per block
-inline constexpr int kStages = 4;      // tiles in flight per warpgroup
+inline constexpr int kStages = 4;  // tiles in flight per warpgroup
 inline constexpr int kThreads = 128 * kGroups;
 inline constexpr int kDim = index_key::kDim;
 inline constexpr int kTileBytes = kTileKeys * kDim;  // 8 KB
-inline constexpr int kCoreRowGroupBytes = 1024;      // 8 rows x 128 bytes
-inline constexpr int kCoreChunkBytes = 128;          // 8 rows x 16 bytes
 
 struct Params {
   const uint8_t* q;
@@ -84,26 +83,6 @@ struct Layout {
   static constexpr int bytes(int rows) { return rows_off + rows * 16; }
 };
 
-// A row's key range within the block's chunk ([lo, hi), empty when lo == hi) and the offset
-// that turns a key index into its output element (out_row * stride - start).
-struct RowRange {
-  int32_t lo, hi;
-  int64_t out_off;
-};
-
-// Byte offset inside a 64- or N-row operand of row t's 16-byte piece c.
-__device__ __forceinline__ int core_offset(int t, int c) {
-  return (t >> 3) * kCoreRowGroupBytes + c * kCoreChunkBytes + (t & 7) * 16;
-}
-// The piece a thread moves in a cooperative operand load: 32 consecutive `idx` (a warp) cover
-// 8 rows x 64 bytes, each quarter warp one 128-byte core matrix (conflict-free stores) and the
-// warp whole 32-byte sectors of 8 rows (coalesced reads).
-__device__ __forceinline__ void piece_of(int idx, int& row, int& chunk) {
-  const int unit = idx >> 5, lane = idx & 31;
-  row = (unit >> 1) * 8 + (lane & 7);
-  chunk = (unit & 1) * 4 + (lane >> 3);
-}
-
 template <Source S>
 struct KeySource {
   const Params& p;
@@ -121,35 +100,6 @@ struct KeySource {
       values = base + off * index_key::kValueBytes;
       scale = reinterpret_cast<const float*>(base + int64_t(ps) * index_key::kValueBytes + off * index_key::kScaleBytes);
     }
-  }
-};
-
-// The next tile start at or after `k`: the smallest key >= k some row needs, INT_MAX if none.
-template <int kRows>
-__device__ __forceinline__ int32_t next_needed(const RowRange* rr, int32_t k) {
-  int32_t best = INT_MAX;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int32_t lo = rr[r].lo, hi = rr[r].hi;
-    if (hi > k) best = min(best, max(k, lo));
-  }
-  return best;
-}
-
-// Tiles of one warpgroup: every kGroups-th tile of the block's sequence, starting at its own.
-template <int kRows>
-struct TileWalk {
-  const RowRange* rr;
-  bool gapless;  // the rows' ranges cover [lo, hi) without gaps: tiles are lo + 64 i
-  int32_t hi;
-  __device__ __forceinline__ int32_t step(int32_t k) const {  // the tile after the one at k
-    if (gapless) return int64_t(k) + kTileKeys < hi ? k + kTileKeys : INT_MAX;
-    return k > INT_MAX - kTileKeys ? INT_MAX : next_needed<kRows>(rr, k + kTileKeys);
-  }
-  __device__ __forceinline__ int32_t advance(int32_t k) const {  // this warpgroup's next tile
-#pragma unroll
-    for (int i = 0; i < kGroups && k != INT_MAX; ++i) k = step(k);
-    return k;
   }
 };
 
@@ -251,17 +201,12 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     RowRange x{0, 0, 0};
     if (tid < rows_here) {
       const int64_t row = first_row + tid;
-      int64_t start, len;
       if constexpr (S == Source::paged) {
-        start = 0;
         const int64_t l = int64_t(p.context_lens[request]) - p.next_n + (row - request * p.next_n) + 1;
-        len = l < 0 ? 0 : l;
+        x = row_range(0, l < 0 ? 0 : l, c0, c1, row, p.stride);
       } else {
-        start = p.row_starts[row];
-        len = p.row_ends[row] - start;
+        x = row_range(p.row_starts[row], int64_t(p.row_ends[row]) - p.row_starts[row], c0, c1, row, p.stride);
       }
-      if (len > c0) x = RowRange{static_cast<int32_t>(start + c0), static_cast<int32_t>(start + (len < c1 ? len : c1)), 0};
-      x.out_off = row * p.stride - start;
     }
     rr[tid] = x;
   }
@@ -282,42 +227,25 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   wgmma::fence_proxy_async_smem();
   __syncthreads();
 
-  // -inf past each row's length in this chunk's columns: [min(c1, len), c1), which starts at
-  // c0 + (hi - lo) (a row that ends before c0 has lo == hi).
+  // -inf past each row's length in this chunk's columns.
   for (int r = 0; r < rows_here; ++r) {
     float* out = p.logits + (first_row + r) * p.stride;
-    for (int64_t j = c0 + (rr[r].hi - rr[r].lo) + tid; j < c1; j += kThreads) out[j] = -INFINITY;
+    for (int64_t j = first_tail_column(rr[r], c0) + tid; j < c1; j += kThreads) out[j] = -INFINITY;
   }
-
-  // Union of the ranges, and whether it has gaps.
-  int32_t lo = INT_MAX, hi = INT_MIN;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    if (rr[r].hi > rr[r].lo) lo = min(lo, rr[r].lo), hi = max(hi, rr[r].hi);
-  if (lo >= hi) return;
-  bool gapless = true;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (rr[r].hi <= rr[r].lo || rr[r].lo == lo) continue;
-    bool covered = false;  // some range starts before this one and reaches it
-#pragma unroll
-    for (int o = 0; o < kRows; ++o) covered |= rr[o].hi > rr[o].lo && rr[o].lo < rr[r].lo && rr[o].hi >= rr[r].lo;
-    gapless &= covered;
-  }
+  const Span span = span_of<kRows>(rr);
+  if (span.lo >= span.hi) return;
 
   // ---- per-warpgroup pipeline ----------------------------------------------------------------
   const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
   uint8_t* ring = smem + L::keys_off + group * kStages * kTileBytes;
   float* scale_ring = reinterpret_cast<float*>(smem + L::scales_off) + group * kStages * kTileKeys;
   const KeySource<S> src{p, request};
-  const TileWalk<kRows> walk{rr, gapless, hi};
-  int32_t first = lo;
-  for (int g = 0; g < group && first != INT_MAX; ++g) first = walk.step(first);
-  int32_t load_k = first, comp_k = first;
+  const TileWalk<kRows> walk{rr, span};
+  int32_t load_k = walk.first(group), comp_k = load_k;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (load_k != INT_MAX) {
-      load_tile<S>(src, load_k, hi, ring + s * kTileBytes, scale_ring + s * kTileKeys, gtid);
+      load_tile<S>(src, load_k, span.hi, ring + s * kTileBytes, scale_ring + s * kTileKeys, gtid);
       load_k = walk.advance(load_k);
     }
     ptx::cp_async_commit();
@@ -330,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     ptx::named_barrier_sync(1 + group, 128);  // tile `it` landed; tile it-1 fully consumed
     if (load_k != INT_MAX) {
       const int ls = (it + kStages - 1) % kStages;
-      load_tile<S>(src, load_k, hi, ring + ls * kTileBytes, scale_ring + ls * kTileKeys, gtid);
+      load_tile<S>(src, load_k, span.hi, ring + ls * kTileBytes, scale_ring + ls * kTileKeys, gtid);
       load_k = walk.advance(load_k);
     }
     ptx::cp_async_commit();
