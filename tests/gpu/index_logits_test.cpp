@@ -327,9 +327,10 @@ TEST_P(IndexLogitsGpu, DeviceMetadataErrorsWriteNothing) {
     p.table[1 * p.table_stride + 1] = 0;
     p.table[1 * p.table_stride + 2] = -7;  // not needed (17 tokens = 2 pages): ignored
     p.context_lens[0] = -1;                // negative
-    p.context_lens[2] = 129;               // past the stride
+    p.context_lens[2] = 129;               // past the stride, and 9 pages where the table holds 8
+    // Three counts: requests 0 and 2, and request 2's last needed entry (the table's padding, -1).
     g = run_gpu(p, GetParam());
-    EXPECT_EQ(g.invalid, 2u);
+    EXPECT_EQ(g.invalid, 3u);
     EXPECT_TRUE(untouched(g.logits));
     p.context_lens[0] = 40, p.context_lens[2] = 100;
     g = run_gpu(p, GetParam());
