@@ -1,8 +1,8 @@
 // The indexer logits kernel's bookkeeping (ops/indexer/indexer_schedule.h), run on the CPU:
 // over every chunk of a row every output column is written exactly once (a logit or -inf); the
 // two warpgroups' tiles cover every needed key exactly once, in increasing order, and no tile is
-// wholly unneeded; operand pieces map one-to-one onto shared memory with whole core matrices per
-// quarter warp.
+// wholly unneeded; operand pieces map one-to-one onto the 128-byte-swizzled layout, a quarter
+// warp's pieces in eight different bank groups.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -115,19 +115,35 @@ TEST(IndexSchedule, OperandPiecesTileSharedMemory) {
       ASSERT_EQ(off % 16, 0);
       ASSERT_LT(off, rows * 128);
       offsets.insert(off);
-      // A quarter warp writes one whole 128-byte core matrix: rows 8k .. 8k + 7, one piece.
-      int t0, c0;
-      piece_of(idx & ~7, t0, c0);
-      ASSERT_EQ(off - core_offset(t0, c0), 16 * (idx & 7));
     }
     EXPECT_EQ(static_cast<int>(offsets.size()), rows * 8);
+    // A quarter warp stores one piece of 8 rows of one atom, in 8 different bank groups.
+    for (int q = 0; q < rows; ++q) {
+      std::set<int> groups;
+      int atom = -1;
+      for (int idx = 8 * q; idx < 8 * q + 8; ++idx) {
+        int t, c;
+        piece_of(idx, t, c);
+        const int off = core_offset(t, c);
+        groups.insert(off % 128 / 16);
+        if (atom < 0) atom = off / 1024;
+        ASSERT_EQ(off / 1024, atom);
+      }
+      ASSERT_EQ(groups.size(), 8u);
+    }
   }
-  // Row t's piece c: core matrix (t / 8, c), row t % 8 of it.
+  // The layout is the tensor cores' 128-byte swizzle (CUTLASS Swizzle<3,4,3>): address bits 4-6
+  // of the row-major offset xor bits 7-9.
+  for (int t = 0; t < 256; ++t)
+    for (int c = 0; c < 8; ++c) {
+      const int plain = t * 128 + c * 16;
+      ASSERT_EQ(core_offset(t, c), plain ^ (((plain >> 7) & 7) << 4)) << t << " " << c;
+    }
   EXPECT_EQ(core_offset(0, 0), 0);
-  EXPECT_EQ(core_offset(1, 0), 16);
-  EXPECT_EQ(core_offset(0, 1), 128);
+  EXPECT_EQ(core_offset(1, 0), 128 + 16);
+  EXPECT_EQ(core_offset(0, 1), 16);
   EXPECT_EQ(core_offset(8, 0), 1024);
-  EXPECT_EQ(core_offset(63, 7), 7 * 1024 + 7 * 128 + 7 * 16);
+  EXPECT_EQ(core_offset(63, 7), 7 * 1024 + 7 * 128);
 }
 
 }  // namespace

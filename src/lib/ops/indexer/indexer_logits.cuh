@@ -19,11 +19,11 @@
 // one's epilogue (CUDA cores) overlaps the other's MMA (tensor cores). Everything a warpgroup
 // loads it also consumes, so no cross-warpgroup synchronization is needed after the setup.
 //
-// Shared-memory operands use the no-swizzle core-matrix layout (wgmma_sm90.cuh): 8 rows x 16
-// bytes per 128-byte core matrix, core matrix (row group g, K chunk c) at g * 1024 + c * 128, so
-// a row's 128 bytes are eight 16-byte pieces 128 bytes apart; LBO = 128, SBO = 1024, and step s
-// of K starts 256 s bytes in. The mma.sync engine (sm_89 and later) reads the same layout with
-// ldmatrix, and its per-warp accumulator layout equals wgmma's, so the epilogue is shared.
+// Shared-memory operands use the tensor cores' 128-byte-swizzled layout (indexer_schedule.h's
+// core_offset; wgmma layout type 1): one 128-byte row per key or query column, 16-byte pieces
+// permuted within the row by the row's index in its 8-row atom, atoms 1024 bytes apart (SBO);
+// step s of K starts 32 s bytes in. The mma.sync engine (sm_89 and later) reads the same layout
+// with ldmatrix, and its per-warp accumulator layout equals wgmma's, so the epilogue is shared.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -73,6 +73,7 @@ struct Params {
   const unsigned long long* invalid_count;
 };
 
+// Operands first: every tile starts at a multiple of 1024 bytes (swizzle atoms).
 template <int kN>
 struct Layout {
   static constexpr int q_off = 0;                                       // kN x 128 bytes
@@ -81,6 +82,7 @@ struct Layout {
   static constexpr int w_off = scales_off + kGroups * kStages * kTileKeys * 4;
   static constexpr int rows_off = w_off + kN * 4;                       // RowRange per row
   static constexpr int bytes(int rows) { return rows_off + rows * 16; }
+  static_assert(keys_off % kSwizzleAtomBytes == 0 && kTileBytes % kSwizzleAtomBytes == 0);
 };
 
 template <Source S>
@@ -132,14 +134,13 @@ template <Mma E, int kN>
 __device__ __forceinline__ void tile_product(float (&acc)[kN / 8][4], const uint8_t* tile, const uint8_t* qs, int warp,
                                              int lane) {
   if constexpr (E == Mma::wgmma) {
-    const uint64_t da = wgmma::smem_desc(ptx::smem_addr(tile), kCoreChunkBytes, kCoreRowGroupBytes);
-    const uint64_t db = wgmma::smem_desc(ptx::smem_addr(qs), kCoreChunkBytes, kCoreRowGroupBytes);
+    const uint64_t da = wgmma::smem_desc_sw128(ptx::smem_addr(tile), kSwizzleAtomBytes);
+    const uint64_t db = wgmma::smem_desc_sw128(ptx::smem_addr(qs), kSwizzleAtomBytes);
     wgmma::fence_operand(acc);
     wgmma::fence();
 #pragma unroll
     for (int s = 0; s < kDim / 32; ++s)
-      wgmma::m64nk32_e4m3<kN / 8>(acc, wgmma::desc_advance(da, 2 * s * kCoreChunkBytes),
-                                  wgmma::desc_advance(db, 2 * s * kCoreChunkBytes), s > 0);
+      wgmma::m64nk32_e4m3<kN / 8>(acc, wgmma::desc_advance(da, 32 * s), wgmma::desc_advance(db, 32 * s), s > 0);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(acc);
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   constexpr int kRows = kN / kHp;
   using L = Layout<kN>;
   if (*p.invalid_count != 0) return;  // bad metadata: write nothing
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(1024) uint8_t smem[];  // swizzle atoms are 1024-byte aligned
   uint8_t* sq = smem + L::q_off;
   float* sw = reinterpret_cast<float*>(smem + L::w_off);
   RowRange* rr = reinterpret_cast<RowRange*>(smem + L::rows_off);

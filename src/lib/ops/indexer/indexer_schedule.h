@@ -12,8 +12,8 @@ namespace nvfp4mla::indexer_schedule {
 
 inline constexpr int kTileKeys = 64;            // keys per warpgroup tile (M of one MMA)
 inline constexpr int kGroups = 2;               // warpgroups per block, taking alternate tiles
-inline constexpr int kCoreRowGroupBytes = 1024;  // 8 operand rows x 128 bytes
-inline constexpr int kCoreChunkBytes = 128;      // 8 rows x 16 bytes: one core matrix
+inline constexpr int kOperandRowBytes = 128;    // one operand row: 128 E4M3 values along K
+inline constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
 
 // A row's key range within the block's chunk ([lo, hi), empty when lo == hi) and the offset that
 // turns a key index into its output element (out_row * stride - start).
@@ -35,13 +35,19 @@ NVFP4MLA_HD RowRange row_range(int64_t start, int64_t len, int64_t c0, int64_t c
 // The first column past the row's keys in the chunk: [c0, first) hold logits, [first, c1) -inf.
 NVFP4MLA_HD int64_t first_tail_column(const RowRange& x, int64_t c0) { return c0 + (x.hi - x.lo); }
 
-// Byte offset of row t's 16-byte piece c in an operand stored as core matrices: core matrix
-// (row group t / 8, piece c) at (t / 8) * 1024 + c * 128, row t % 8 of it at 16 (t % 8).
-NVFP4MLA_HD int core_offset(int t, int c) { return (t >> 3) * kCoreRowGroupBytes + c * kCoreChunkBytes + (t & 7) * 16; }
+// Byte offset of row t's 16-byte piece c in an operand stored in the 128-byte-swizzled layout
+// of the tensor cores (wgmma layout type 1, TMA's SWIZZLE_128B): rows of 128 bytes, 8-row atoms
+// of 1024 bytes (1024-byte aligned), piece c of row t at slot c xor (t % 8) of its row. The eight
+// rows of an atom hold any given piece in eight different 16-byte bank groups, so the MMA's reads
+// of a piece across rows do not conflict (in the plain layout, with every row's piece c in the
+// same banks, they conflicted 8 ways: docs/PERF.md, indexer logits).
+NVFP4MLA_HD int core_offset(int t, int c) {
+  return (t >> 3) * kSwizzleAtomBytes + (t & 7) * kOperandRowBytes + ((c ^ (t & 7)) << 4);
+}
 
 // The piece cooperative thread `idx` moves: 32 consecutive idx (a warp) cover 8 rows x 64 bytes,
-// each quarter warp one whole core matrix (conflict-free stores), the warp whole 32-byte sectors
-// of 8 rows (coalesced reads).
+// each quarter warp one piece of 8 rows of an atom (eight different bank groups: conflict-free
+// stores), the warp whole 32-byte sectors of 8 rows (coalesced reads).
 NVFP4MLA_HD void piece_of(int idx, int& row, int& chunk) {
   const int unit = idx >> 5, lane = idx & 31;
   row = (unit >> 1) * 8 + (lane & 7);

@@ -1,14 +1,24 @@
 #pragma once
 // FP8 (E4M3) warpgroup MMAs for the indexer logits kernels (sm_90a): D[64xN] (+)= A[64x32] *
-// B[32xN], fp32 accumulators, A and B K-major from shared memory through wgmma_sm90.cuh's
-// no-swizzle descriptors (a core matrix is 8 rows of 16 bytes, i.e. 16 E4M3 values along K).
-// Accumulators are float[N/8][4] in the per-warp mma.sync m16n8 layout, as in wgmma_sm90.cuh.
-// Compiles to nothing off sm_90a; callers launch these kernels only there.
+// B[32xN], fp32 accumulators, A and B K-major from shared memory in the 128-byte-swizzled
+// layout (descriptor below). Accumulators are float[N/8][4] in the per-warp mma.sync m16n8
+// layout, as in wgmma_sm90.cuh. Compiles to nothing off sm_90a; callers launch these kernels
+// only there.
 #include <cstdint>
 
 #include "ops/sparse_mla/wgmma_sm90.cuh"
 
 namespace nvfp4mla::cuda::wgmma {
+
+// Descriptor of a K-major operand in the 128-byte-swizzled layout (layout type 1): rows of 128
+// bytes, 8-row atoms `atom_stride` bytes apart (SBO), the start 1024-byte aligned or advanced
+// from such an address by less than 128 bytes along K (the swizzle is a function of the address
+// bits, so step s of K32 starts 32 s bytes in). The leading offset is unused for swizzled K-major
+// operands whose K step fits in a row; it is set to 16 bytes, as CUTLASS does.
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr, uint32_t atom_stride) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+         (static_cast<uint64_t>((atom_stride & 0x3FFFF) >> 4) << 32) | (uint64_t{1} << 62);
+}
 
 #define NVFP4MLA_FP8_ACC4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
 
