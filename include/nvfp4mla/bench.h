@@ -104,6 +104,38 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
 std::vector<WriteResult> run_write(const std::vector<WriteCase>& cases, const Ceilings& ceil, const Options& opt);
 std::vector<TopkResult> run_topk(const std::vector<TopkCase>& cases, const Options& opt);
 
+// Indexer logits (cuda/indexer.h) on random E4M3 data. prefill: `rows` causal query rows over
+// `keys` contiguous keys (row i scores keys 0 .. keys - rows + i, DeepGEMM's benchmark shape);
+// decode: `rows` requests x next_n rows over a paged cache of `keys` tokens per request (pages
+// scattered over the cache). Logits stride: `keys`.
+struct IndexerCase {
+  enum class Form { prefill, decode };
+  Form form = Form::prefill;
+  int64_t rows = 0, keys = 0;
+  int heads = 64, next_n = 2;
+  int64_t page_size = 64;
+  int mma = 0;  // cuda::IndexerMma: 0 automatic, 1 wgmma, 2 mma.sync
+};
+
+struct IndexerResult {
+  IndexerCase c;
+  double median_us = 0, min_us = 0;
+  double tflops = 0;      // 2 * heads * 128 * (sum of row lengths) / time
+  double key_tbps = 0;    // index key bytes (132 per key, each read once per request or row block) / time / 1e12
+  double frac_copy = 0;   // key bytes per second / the copy ceiling's read bytes per second
+  bool finite = true;     // no NaN among the logits
+  double clock_mhz = 0;
+};
+
+std::vector<IndexerResult> run_indexer(const std::vector<IndexerCase>& cases, const Ceilings& ceil, const Options& opt);
+
+// Median (and minimum) event time of `launch` timed as every case above: warm-up launches, the L2
+// flushed before each timed one, the SM clock probed after it.
+struct Timing {
+  double median_us = 0, min_us = 0, clock_mhz = 0;
+};
+Timing time_launches(const std::function<void()>& launch, const Options& opt);
+
 // PNG figures (cairo) of the JSON files written by `nvfp4mla bench decode|extend|write --json`,
 // into `dir` (created if missing):
 //   decode_time.png       median microseconds per shape (rows x heads, file order), one series

@@ -1,4 +1,4 @@
-// nvfp4mla bench decode|extend|write: GPU benchmarks with the device ceilings measured in the same
+// nvfp4mla bench decode|extend|write|indexer: GPU benchmarks with the device ceilings measured in the same
 // run; nvfp4mla bench plot: PNG figures of their --json files.
 #include <cstdint>
 #include <cstdio>
@@ -192,6 +192,49 @@ void run_topk_bench(const BenchFlags& f) {
     if (!r.matches_sort) throw Error("bench topk: a result differs from the sort's first k (see the table)");
 }
 
+// ---- bench indexer ----------------------------------------------------------------------------
+
+struct IndexerBenchFlags {
+  std::vector<int> heads;
+  std::string mma = "auto";
+};
+
+void run_indexer_bench(const BenchFlags& f, const IndexerBenchFlags& x) {
+  using Form = bench::IndexerCase::Form;
+  const std::vector<std::pair<std::string, int>> mmas =
+      x.mma == "all" ? std::vector<std::pair<std::string, int>>{{"wgmma", 1}, {"mma.sync", 2}}
+                     : std::vector<std::pair<std::string, int>>{{x.mma, x.mma == "wgmma" ? 1 : x.mma == "mma.sync" ? 2 : 0}};
+  std::vector<bench::IndexerCase> cases;
+  // The shapes: prefill 2048 rows x 32,768 keys, paged decode 64 requests x 2 rows x 131,072.
+  for (int h : x.heads.empty() ? std::vector<int>{64} : x.heads)
+    for (const auto& m : mmas) {
+      cases.push_back({Form::prefill, 2048, 32768, h, 1, 64, m.second});
+      cases.push_back({Form::decode, 64, 131072, h, 2, 64, m.second});
+    }
+  const auto opt = options_of(f);
+  const auto ceil = bench::measure_ceilings(opt);
+  const auto res = bench::run_indexer(cases, ceil, opt);
+  print_ceilings(ceil, opt);
+  std::printf("TFLOP/s: 2 x heads x 128 x (sum of row lengths); key TB/s: 132-byte index keys read once per request (decode) or "
+              "once (prefill); %%copy: key bytes against the copy's read rate\n");
+  std::printf("%-8s %-9s %6s %8s %6s %6s %10s %9s %8s %7s %5s\n", "form", "mma", "rows", "keys", "next_n", "heads",
+              "median us", "TFLOP/s", "key TB/s", "%copy", "MHz");
+  nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"indexer", nlohmann::json::array()}};
+  for (const auto& r : res) {
+    const bool dec = r.c.form == Form::decode;
+    const char* mma = r.c.mma == 1 ? "wgmma" : r.c.mma == 2 ? "mma.sync" : "auto";
+    std::printf("%-8s %-9s %6lld %8lld %6d %6d %10.1f %9.1f %8.2f %6.1f%% %5.0f%s\n", dec ? "decode" : "prefill", mma,
+                static_cast<long long>(r.c.rows), static_cast<long long>(r.c.keys), dec ? r.c.next_n : 1, r.c.heads,
+                r.median_us, r.tflops, r.key_tbps, 100 * r.frac_copy, r.clock_mhz, r.finite ? "" : "  NaN IN OUTPUT");
+    j["indexer"].push_back({{"form", dec ? "decode" : "prefill"}, {"mma", mma}, {"rows", r.c.rows}, {"keys", r.c.keys},
+                            {"next_n", dec ? r.c.next_n : 1}, {"heads", r.c.heads}, {"page_size", r.c.page_size},
+                            {"median_us", r.median_us}, {"min_us", r.min_us}, {"tflops", r.tflops},
+                            {"key_tbps", r.key_tbps}, {"frac_copy", r.frac_copy}, {"finite", r.finite},
+                            {"clock_mhz", r.clock_mhz}});
+  }
+  write_json(f.json_path, j);
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -232,6 +275,13 @@ void add_bench_command(CLI::App& app) {
   topk->add_option("--segments", f->splits, "CTAs per row: 0 = the planner, 1 = one CTA per row, more = split rows")
       ->check(CLI::Range(0, 65535));
   topk->callback([f] { run_topk_bench(*f); });
+  auto* idx = bench_cmd->add_subcommand("indexer", "Indexer logits: prefill 2048 x 32768 and paged decode 64 x 2 x 131072 (64 heads)");
+  add_timing(idx, *f);
+  auto ix = std::make_shared<IndexerBenchFlags>();
+  idx->add_option("--heads", ix->heads, "index heads per row (default 64)")->check(CLI::Range(1, 64));
+  idx->add_option("--mma", ix->mma, "tensor-core path: auto, wgmma, mma.sync or all")
+      ->check(CLI::IsMember({"auto", "wgmma", "mma.sync", "all"}));
+  idx->callback([f, ix] { run_indexer_bench(*f, *ix); });
   auto* plot = bench_cmd->add_subcommand("plot", "PNG figures of bench --json files: decode/extend times, writer bandwidth");
   auto plot_files = std::make_shared<std::vector<std::string>>();
   auto plot_dir = std::make_shared<std::string>();

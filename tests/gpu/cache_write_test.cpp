@@ -46,11 +46,7 @@ std::vector<Fp16Bits> as_input(const std::vector<uint16_t>& b, std::mt19937_64& 
   return v;
 }
 
-template <class In>
-cuda::InputType input_type();
-template <> cuda::InputType input_type<Bf16Bits>() { return cuda::InputType::bf16; }
-template <> cuda::InputType input_type<Fp16Bits>() { return cuda::InputType::fp16; }
-template <> cuda::InputType input_type<float>() { return cuda::InputType::f32; }
+using nvfp4mla::testing::input_type;
 
 template <class In>
 void check_writer(const RecordSpec& spec, uint64_t seed) {

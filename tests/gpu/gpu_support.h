@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "nvfp4mla/cuda/cache_write.h"
 #include "nvfp4mla/device.h"
+#include "nvfp4mla/record.h"
 
 #define NVFP4MLA_REQUIRE_GPU()                                         \
   do {                                                                 \
@@ -19,6 +21,13 @@
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call << ": " << cudaGetErrorString(cudaGetLastError())
 
 namespace nvfp4mla::testing {
+
+// The writer input type of a host value type.
+template <class In>
+cuda::InputType input_type();
+template <> inline cuda::InputType input_type<Bf16Bits>() { return cuda::InputType::bf16; }
+template <> inline cuda::InputType input_type<Fp16Bits>() { return cuda::InputType::fp16; }
+template <> inline cuda::InputType input_type<float>() { return cuda::InputType::f32; }
 
 template <class T>
 class DeviceBuffer {

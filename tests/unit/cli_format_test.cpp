@@ -22,6 +22,7 @@
 #include "support/random_tokens.h"
 #include "support/cli_runner.h"
 #include "support/temp_dir.h"
+#include "support/tensors.h"
 
 #ifdef NVFP4MLA_CLI_PATH
 
@@ -38,13 +39,7 @@ using nvfp4mla::testing::slurp;
 using Tokens = nvfp4mla::testing::Bf16Tokens;
 using nvfp4mla::testing::as_bf16_inputs;
 
-template <class T>
-Tensor tensor_of(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
-  Tensor t = Tensor::zeros(dtype, std::move(shape));
-  EXPECT_EQ(t.data.size(), values.size() * sizeof(T));
-  if (!t.data.empty()) std::memcpy(t.data.data(), values.data(), t.data.size());
-  return t;
-}
+using nvfp4mla::testing::tensor_of;
 
 void write_tokens(const std::filesystem::path& p, const Tokens& t) {
   write_safetensors(p, {{"kv_c", tensor_of(DType::BF16, {t.count, kLatentDim}, t.kv_c)},

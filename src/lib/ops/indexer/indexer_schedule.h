@@ -1,0 +1,116 @@
+#pragma once
+// The integer bookkeeping of the indexer logits kernel (indexer_logits.cuh), host-and-device so
+// that the CPU suite can check it (tests/unit/index_schedule_test.cpp): which keys each row of a
+// block needs in its chunk of columns, which 64-key tiles each warpgroup takes, where a thread's
+// 16-byte piece of an operand goes in shared memory.
+#include <climits>
+#include <cstdint>
+
+#include "nvfp4mla/hd.h"
+
+namespace nvfp4mla::indexer_schedule {
+
+inline constexpr int kTileKeys = 64;            // keys per warpgroup tile (M of one MMA)
+inline constexpr int kGroups = 2;               // warpgroups per block, taking alternate tiles
+inline constexpr int kOperandRowBytes = 128;    // one operand row: 128 E4M3 values along K
+inline constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 bytes
+
+// A row's key range within the block's chunk ([lo, hi), empty when lo == hi) and the offset that
+// turns a key index into its output element (out_row * stride - start).
+struct RowRange {
+  int32_t lo, hi;
+  int64_t out_off;
+};
+
+// Row `out_row` scores keys start .. start + len - 1 as columns 0 .. len - 1; the block owns
+// columns [c0, c1). Keys are int32 (the callers check that start + len fits).
+NVFP4MLA_HD RowRange row_range(int64_t start, int64_t len, int64_t c0, int64_t c1, int64_t out_row, int64_t stride) {
+  RowRange x{0, 0, out_row * stride - start};
+  if (len > c0) {
+    x.lo = static_cast<int32_t>(start + c0);
+    x.hi = static_cast<int32_t>(start + (len < c1 ? len : c1));
+  }
+  return x;
+}
+// The first column past the row's keys in the chunk: [c0, first) hold logits, [first, c1) -inf.
+NVFP4MLA_HD int64_t first_tail_column(const RowRange& x, int64_t c0) { return c0 + (x.hi - x.lo); }
+
+// Byte offset of row t's 16-byte piece c in an operand stored in the 128-byte-swizzled layout
+// of the tensor cores (wgmma layout type 1, TMA's SWIZZLE_128B): rows of 128 bytes, 8-row atoms
+// of 1024 bytes (1024-byte aligned), piece c of row t at slot c xor (t % 8) of its row. The eight
+// rows of an atom hold any given piece in eight different 16-byte bank groups, so the MMA's reads
+// of a piece across rows do not conflict (in the plain layout, with every row's piece c in the
+// same banks, they conflicted 8 ways: docs/PERF.md, indexer logits).
+NVFP4MLA_HD int core_offset(int t, int c) {
+  return (t >> 3) * kSwizzleAtomBytes + (t & 7) * kOperandRowBytes + ((c ^ (t & 7)) << 4);
+}
+
+// The piece cooperative thread `idx` moves: 32 consecutive idx (a warp) cover 8 rows x 64 bytes,
+// each quarter warp one piece of 8 rows of an atom (eight different bank groups: conflict-free
+// stores), the warp whole 32-byte sectors of 8 rows (coalesced reads).
+NVFP4MLA_HD void piece_of(int idx, int& row, int& chunk) {
+  const int unit = idx >> 5, lane = idx & 31;
+  row = (unit >> 1) * 8 + (lane & 7);
+  chunk = (unit & 1) * 4 + (lane >> 3);
+}
+
+// The smallest key >= k that some row needs, INT_MAX if none.
+template <int kRows>
+NVFP4MLA_HD int32_t next_needed(const RowRange* rr, int32_t k) {
+  int32_t best = INT_MAX;
+  for (int r = 0; r < kRows; ++r) {
+    const int32_t lo = rr[r].lo, hi = rr[r].hi;
+    if (hi > k) {
+      const int32_t start = k > lo ? k : lo;
+      best = start < best ? start : best;
+    }
+  }
+  return best;
+}
+
+// The union [lo, hi) of the rows' ranges (lo >= hi when all are empty) and whether it has gaps.
+struct Span {
+  int32_t lo, hi;
+  bool gapless;
+};
+template <int kRows>
+NVFP4MLA_HD Span span_of(const RowRange* rr) {
+  Span s{INT_MAX, INT_MIN, true};
+  for (int r = 0; r < kRows; ++r)
+    if (rr[r].hi > rr[r].lo) {
+      s.lo = rr[r].lo < s.lo ? rr[r].lo : s.lo;
+      s.hi = rr[r].hi > s.hi ? rr[r].hi : s.hi;
+    }
+  // Gapless when every range but the lowest starts inside (or at the end of) one that starts
+  // before it: a gap's first key would be the start of no range reached from below.
+  for (int r = 0; r < kRows; ++r) {
+    if (rr[r].hi <= rr[r].lo || rr[r].lo == s.lo) continue;
+    bool covered = false;
+    for (int o = 0; o < kRows; ++o) covered |= rr[o].hi > rr[o].lo && rr[o].lo < rr[r].lo && rr[o].hi >= rr[r].lo;
+    s.gapless &= covered;
+  }
+  return s;
+}
+
+// The tiles of a block form one sequence, starting at span.lo: lo + 64 i when gapless, else each
+// tile starts at the next key some row needs. Warpgroup g takes tiles g, g + kGroups, ...
+template <int kRows>
+struct TileWalk {
+  const RowRange* rr;
+  Span span;
+  NVFP4MLA_HD int32_t step(int32_t k) const {  // the tile after the one at k
+    if (span.gapless) return int64_t(k) + kTileKeys < span.hi ? k + kTileKeys : INT_MAX;
+    return k > INT_MAX - kTileKeys ? INT_MAX : next_needed<kRows>(rr, k + kTileKeys);
+  }
+  NVFP4MLA_HD int32_t first(int group) const {
+    int32_t k = span.lo < span.hi ? span.lo : INT_MAX;
+    for (int g = 0; g < group && k != INT_MAX; ++g) k = step(k);
+    return k;
+  }
+  NVFP4MLA_HD int32_t advance(int32_t k) const {  // the same warpgroup's next tile
+    for (int i = 0; i < kGroups && k != INT_MAX; ++i) k = step(k);
+    return k;
+  }
+};
+
+}  // namespace nvfp4mla::indexer_schedule

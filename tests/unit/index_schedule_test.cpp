@@ -1,0 +1,149 @@
+// The indexer logits kernel's bookkeeping (ops/indexer/indexer_schedule.h), run on the CPU:
+// over every chunk of a row every output column is written exactly once (a logit or -inf); the
+// two warpgroups' tiles cover every needed key exactly once, in increasing order, and no tile is
+// wholly unneeded; operand pieces map one-to-one onto the 128-byte-swizzled layout, a quarter
+// warp's pieces in eight different bank groups.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "lib/ops/indexer/indexer_schedule.h"
+
+using namespace nvfp4mla::indexer_schedule;
+
+namespace {
+
+struct Row {
+  int64_t start, len;
+};
+
+// Runs one block (rows `rows`, chunk [c0, c1)) and records, per row, the columns given a logit.
+template <int kRows>
+void run_block(const std::vector<Row>& rows, int64_t c0, int64_t c1, int64_t stride, std::vector<std::vector<int>>& writes) {
+  RowRange rr[kRows];
+  for (int r = 0; r < kRows; ++r)
+    rr[r] = r < static_cast<int>(rows.size()) ? row_range(rows[r].start, rows[r].len, c0, c1, r, stride) : RowRange{0, 0, 0};
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (int64_t j = first_tail_column(rr[r], c0); j < c1; ++j) ++writes[r][j];  // -inf tail
+  const Span span = span_of<kRows>(rr);
+  if (span.lo >= span.hi) return;
+  const TileWalk<kRows> walk{rr, span};
+  std::vector<int32_t> tiles;
+  for (int g = 0; g < kGroups; ++g)
+    for (int32_t k = walk.first(g); k != INT_MAX; k = walk.advance(k)) tiles.push_back(k);
+  std::sort(tiles.begin(), tiles.end());
+  for (size_t i = 1; i < tiles.size(); ++i) ASSERT_GE(tiles[i], tiles[i - 1] + kTileKeys) << "tiles overlap";
+  for (int32_t k : tiles) {
+    bool needed = false;
+    for (int32_t key = k; key < k + kTileKeys; ++key)
+      for (size_t r = 0; r < rows.size(); ++r)
+        if (key >= rr[r].lo && key < rr[r].hi) {
+          needed = true;
+          const int64_t col = rr[r].out_off + key - int64_t(r) * stride;  // out_off + key = row * stride + column
+          ASSERT_GE(col, c0);
+          ASSERT_LT(col, c1);
+          ++writes[r][col];
+        }
+    ASSERT_TRUE(needed) << "tile at " << k << " holds no needed key";
+  }
+}
+
+template <int kRows>
+void random_blocks(uint64_t seed, bool same_start) {
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t stride = std::uniform_int_distribution<int64_t>(1, 900)(rng);
+    const int64_t chunk = kTileKeys * std::uniform_int_distribution<int64_t>(1, 6)(rng);
+    const int nrows = std::uniform_int_distribution<int>(1, kRows)(rng);
+    std::vector<Row> rows;
+    const int64_t shared_start = std::uniform_int_distribution<int64_t>(0, 5000)(rng);
+    for (int r = 0; r < nrows; ++r) {
+      const int64_t len = std::uniform_int_distribution<int64_t>(0, stride)(rng);
+      const int64_t start = same_start ? shared_start : std::uniform_int_distribution<int64_t>(0, 5000)(rng);
+      rows.push_back({start, trial % 7 == 0 ? stride - (r % 2) : len});
+    }
+    std::vector<std::vector<int>> writes(nrows, std::vector<int>(stride, 0));
+    for (int64_t c0 = 0; c0 < stride; c0 += chunk) run_block<kRows>(rows, c0, std::min(c0 + chunk, stride), stride, writes);
+    for (int r = 0; r < nrows; ++r)
+      for (int64_t j = 0; j < stride; ++j) ASSERT_EQ(writes[r][j], 1) << "trial " << trial << " row " << r << " column " << j;
+  }
+}
+
+TEST(IndexSchedule, EveryColumnOnceSharedStarts) {
+  random_blocks<2>(1, true);
+  random_blocks<4>(2, true);
+  random_blocks<8>(3, true);
+  random_blocks<16>(4, true);
+}
+
+TEST(IndexSchedule, EveryColumnOnceUnrelatedStarts) {
+  random_blocks<2>(5, false);
+  random_blocks<4>(6, false);
+  random_blocks<16>(7, false);
+}
+
+TEST(IndexSchedule, GapsAreSkipped) {
+  // Two rows a million keys apart: the walk visits only tiles that hold needed keys.
+  RowRange rr[2] = {row_range(0, 100, 0, 4096, 0, 4096), row_range(1000000, 100, 0, 4096, 1, 4096)};
+  const Span span = span_of<2>(rr);
+  EXPECT_FALSE(span.gapless);
+  const TileWalk<2> walk{rr, span};
+  std::vector<int32_t> tiles;
+  for (int g = 0; g < kGroups; ++g)
+    for (int32_t k = walk.first(g); k != INT_MAX; k = walk.advance(k)) tiles.push_back(k);
+  std::sort(tiles.begin(), tiles.end());
+  EXPECT_EQ(tiles, (std::vector<int32_t>{0, 64, 1000000, 1000064}));
+  // Touching and overlapping ranges are gapless.
+  RowRange touching[3] = {row_range(0, 10, 0, 64, 0, 64), row_range(10, 5, 0, 64, 1, 64), row_range(3, 40, 0, 64, 2, 64)};
+  EXPECT_TRUE(span_of<3>(touching).gapless);
+}
+
+TEST(IndexSchedule, OperandPiecesTileSharedMemory) {
+  for (int rows : {64, 128, 256}) {
+    std::set<int> offsets;
+    for (int idx = 0; idx < rows * 8; ++idx) {
+      int t, c;
+      piece_of(idx, t, c);
+      ASSERT_LT(t, rows);
+      ASSERT_LT(c, 8);
+      const int off = core_offset(t, c);
+      ASSERT_EQ(off % 16, 0);
+      ASSERT_LT(off, rows * 128);
+      offsets.insert(off);
+    }
+    EXPECT_EQ(static_cast<int>(offsets.size()), rows * 8);
+    // A quarter warp stores one piece of 8 rows of one atom, in 8 different bank groups.
+    for (int q = 0; q < rows; ++q) {
+      std::set<int> groups;
+      int atom = -1;
+      for (int idx = 8 * q; idx < 8 * q + 8; ++idx) {
+        int t, c;
+        piece_of(idx, t, c);
+        const int off = core_offset(t, c);
+        groups.insert(off % 128 / 16);
+        if (atom < 0) atom = off / 1024;
+        ASSERT_EQ(off / 1024, atom);
+      }
+      ASSERT_EQ(groups.size(), 8u);
+    }
+  }
+  // The layout is the tensor cores' 128-byte swizzle (CUTLASS Swizzle<3,4,3>): address bits 4-6
+  // of the row-major offset xor bits 7-9.
+  for (int t = 0; t < 256; ++t)
+    for (int c = 0; c < 8; ++c) {
+      const int plain = t * 128 + c * 16;
+      ASSERT_EQ(core_offset(t, c), plain ^ (((plain >> 7) & 7) << 4)) << t << " " << c;
+    }
+  EXPECT_EQ(core_offset(0, 0), 0);
+  EXPECT_EQ(core_offset(1, 0), 128 + 16);
+  EXPECT_EQ(core_offset(0, 1), 16);
+  EXPECT_EQ(core_offset(8, 0), 1024);
+  EXPECT_EQ(core_offset(63, 7), 7 * 1024 + 7 * 128);
+}
+
+}  // namespace
