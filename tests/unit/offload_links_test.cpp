@@ -189,3 +189,21 @@ TEST(OffloadLinks, EmptyNamespaceIsRemovedOnlyWhenEmpty) {
   EXPECT_TRUE(remove_namespace_if_empty(ns));
   EXPECT_FALSE(fs::exists(ns));
 }
+
+// Every fan-out directory is opened per operation, not kept open: gc opens all namespaces of a
+// root at once, and 256 descriptors per namespace would run into the descriptor limit.
+TEST(OffloadLinks, AnOpenNamespaceHoldsAFewDescriptors) {
+  ScratchDir dir;
+  const NamespaceParams p = small_params();
+  auto open_descriptors = [] {
+    return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator());
+  };
+  {
+    DiskTier tier(dir.path(), p, {.durable = false});
+    for (uint64_t i = 0; i < 1000; ++i) tier.put(key_of(i), pattern_bytes(p.block_bytes(), i));
+  }
+  const auto before = open_descriptors();
+  DiskTier tier(dir.path(), p);
+  EXPECT_EQ(tier.stats().blocks, 1000u);
+  EXPECT_LE(open_descriptors() - before, 8);
+}

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bitset>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -94,7 +95,7 @@ struct DiskTier::Impl {
   std::list<std::string> lru;                    // most recently used first
   uint64_t bytes = 0;                            // files in the index
   uint64_t reserved = 0;                         // puts between reservation and rename
-  std::array<UniqueFd, kFanout> fanout_fds;      // blocks/<xx>, opened on first use; guarded by mu
+  std::bitset<kFanout> fanout_ready;             // blocks/<xx> known to exist; guarded by mu
   DiskTierStats counters;
   int64_t last_access_ns = 0;
 
@@ -126,11 +127,15 @@ struct DiskTier::Impl {
   void drop_locked(std::unordered_map<std::string, Entry>::iterator it);
   // Deletes the least recently used block; false when there is none.
   bool evict_one_locked();
-  // The descriptor of blocks/<xx> of `key`, or -1 when that directory was never opened.
-  int fanout_fd_locked(ByteSpan key) const { return fanout_fds[fanout_of(key)].get(); }
-
-  // Opens (creating when needed) blocks/<xx> of `key`; returns its descriptor.
-  int ensure_fanout(ByteSpan key);
+  // blocks/<xx> of `key`, opened for one operation without following a link (a descriptor
+  // kept per fan-out directory would hold up to 256 per open namespace); empty when it does not
+  // exist. Throws Error when it is a link or not a directory.
+  UniqueFd open_fanout(ByteSpan key) const {
+    const size_t i = fanout_of(key);
+    return posix::open_dir_at(blocks_fd.get(), fanout_name(i), fanout_path(i), false, false);
+  }
+  // The same, creating the directory when absent.
+  UniqueFd ensure_fanout(ByteSpan key);
   // Moves the block file of `key` aside if it is still the one `held` describes; logs `reason`.
   void quarantine(ByteSpan key, const struct stat& held, const std::string& reason);
   // Moves `name` in the directory `from_fd` to quarantine/ (the entry itself: a link is moved,
@@ -254,9 +259,10 @@ void DiskTier::Impl::scan_blocks() {
       if (quarantine_entry_locked(blocks_fd.get(), sub_name, "unexpected entry in blocks/")) ++counters.quarantined_at_open;
       continue;
     }
-    fanout_fds[fanout] = posix::open_dir_at(blocks_fd.get(), sub_name, fanout_path(fanout), false, false);
-    const int sub_fd = fanout_fds[fanout].get();
-    if (sub_fd < 0) continue;  // removed meanwhile
+    const UniqueFd sub = posix::open_dir_at(blocks_fd.get(), sub_name, fanout_path(fanout), false, false);
+    if (!sub) continue;  // removed meanwhile
+    fanout_ready.set(fanout);
+    const int sub_fd = sub.get();
     for (const std::string& name : posix::list_dir(sub_fd, fanout_path(fanout))) {
       std::string reason;
       std::vector<uint8_t> key;
@@ -315,23 +321,27 @@ bool DiskTier::Impl::evict_one_locked() {
   if (lru.empty()) return false;
   auto it = index.find(lru.back());
   const ByteSpan key = as_bytes(it->first);
-  if (::unlinkat(fanout_fd_locked(key), block_name(key).c_str(), 0) != 0 && errno != ENOENT)
+  const UniqueFd sub = open_fanout(key);
+  if (sub && ::unlinkat(sub.get(), block_name(key).c_str(), 0) != 0 && errno != ENOENT)
     throw Error(posix::describe_os_error("cannot evict block", block_path(key), errno));
   drop_locked(it);
   ++counters.evictions;
   return true;
 }
 
-int DiskTier::Impl::ensure_fanout(ByteSpan key) {
+UniqueFd DiskTier::Impl::ensure_fanout(ByteSpan key) {
   const size_t i = fanout_of(key);
+  bool ready;
   {
     std::lock_guard lock(mu);
-    if (fanout_fds[i]) return fanout_fds[i].get();
+    ready = fanout_ready.test(i);
   }
-  UniqueFd fd = posix::open_dir_at(blocks_fd.get(), fanout_name(i), fanout_path(i), true, options.durable);
+  // Known directories are only opened; mkdir (and its parent fsync) happens once.
+  UniqueFd fd = posix::open_dir_at(blocks_fd.get(), fanout_name(i), fanout_path(i), !ready, options.durable);
+  if (!fd) fd = posix::open_dir_at(blocks_fd.get(), fanout_name(i), fanout_path(i), true, options.durable);
   std::lock_guard lock(mu);
-  if (!fanout_fds[i]) fanout_fds[i] = std::move(fd);
-  return fanout_fds[i].get();
+  fanout_ready.set(i);
+  return fd;
 }
 
 bool DiskTier::Impl::quarantine_entry_locked(int from_fd, const std::string& name, const std::string& reason) {
@@ -351,25 +361,33 @@ bool DiskTier::Impl::quarantine_entry_locked(int from_fd, const std::string& nam
 
 void DiskTier::Impl::quarantine(ByteSpan key, const struct stat& held, const std::string& reason) {
   std::lock_guard lock(mu);
-  const int sub_fd = fanout_fd_locked(key);
+  UniqueFd sub;
+  try {
+    sub = open_fanout(key);
+  } catch (const Error&) {
+    return;  // no longer a directory: the next open's scan quarantines it
+  }
   const std::string name = block_name(key);
   struct stat current {};
   // A concurrent put may have replaced the file since it was opened (puts rename under mu): move
   // only the bad one.
-  if (sub_fd < 0 || ::fstatat(sub_fd, name.c_str(), &current, AT_SYMLINK_NOFOLLOW) != 0) return;
+  if (!sub || ::fstatat(sub.get(), name.c_str(), &current, AT_SYMLINK_NOFOLLOW) != 0) return;
   if (held.st_dev != current.st_dev || held.st_ino != current.st_ino) return;
-  if (!quarantine_entry_locked(sub_fd, name, reason)) return;
+  if (!quarantine_entry_locked(sub.get(), name, reason)) return;
   if (const auto it = index.find(as_key_string(key)); it != index.end()) drop_locked(it);
 }
 
 DiskTier::Impl::ReadOutcome DiskTier::Impl::read_block(ByteSpan key, MutableByteSpan out,
                                                        std::optional<int64_t> touch) {
   const std::string name = block_name(key);
-  int sub_fd;
-  {
-    std::lock_guard lock(mu);
-    sub_fd = fanout_fd_locked(key);
+  UniqueFd sub;
+  try {
+    sub = open_fanout(key);
+  } catch (const Error&) {
+    // A link or a file in place of blocks/<xx>: not followed (the next open quarantines it).
+    return {ReadOutcome::unopenable, BlockDefect::read_error, ENOTDIR};
   }
+  const int sub_fd = sub.get();
   // O_NOFOLLOW: a link put in place of a block is a defect, never a way out of the store;
   // O_NONBLOCK: a FIFO put there must not block the open.
   UniqueFd fd(sub_fd < 0 ? -1 : ::openat(sub_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
@@ -502,12 +520,13 @@ void DiskTier::put(ByteSpan key, ByteSpan block) {
   if (const int err = set_access_time(fd.get(), access_ns)) fail_os("cannot set the time of block file", tmp, err);
   if (m.options.durable && ::fsync(fd.get()) != 0) fail_os("cannot sync block file", tmp, errno);
   if (::close(fd.release()) != 0) fail_os("cannot write block file", tmp, errno);
-  int sub_fd = -1;
+  UniqueFd sub;
   try {
-    sub_fd = m.ensure_fanout(key);
+    sub = m.ensure_fanout(key);
   } catch (const Error& e) {
     fail(e.what());
   }
+  const int sub_fd = sub.get();
   int rename_err = 0;
   {
     std::lock_guard lock(m.mu);
@@ -564,7 +583,8 @@ bool DiskTier::erase(ByteSpan key) {
   std::lock_guard lock(m.mu);
   const auto it = m.index.find(as_key_string(key));
   if (it == m.index.end()) return false;
-  if (::unlinkat(m.fanout_fd_locked(key), Impl::block_name(key).c_str(), 0) != 0 && errno != ENOENT)
+  const UniqueFd sub = m.open_fanout(key);
+  if (sub && ::unlinkat(sub.get(), Impl::block_name(key).c_str(), 0) != 0 && errno != ENOENT)
     throw Error(posix::describe_os_error("cannot remove block", m.block_path(key), errno));
   m.drop_locked(it);
   return true;
