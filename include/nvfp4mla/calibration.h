@@ -12,6 +12,8 @@
 namespace nvfp4mla {
 
 inline constexpr const char* kCalibrationFormat = "nvfp4_ds_mla_outer_scale_v1";
+// Larger files are refused unread: 100000 layers of two numbers need a few MB.
+inline constexpr uint64_t kMaxCalibrationFileBytes = uint64_t(64) << 20;
 
 // What to do for a layer index the file does not cover.
 enum class MissingLayer { error, unit_scale /* the MTP-layer convention: scale 1.0 */ };
@@ -28,7 +30,9 @@ struct Calibration {
 
   // Parse and validate JSON text; `origin` names the source in error messages.
   static Calibration parse(const std::string& json_text, const std::string& origin = "<memory>");
-  // Read, hash and validate a file. An unreadable or invalid file is an Error, never a default.
+  // Read, hash and validate a file. An unreadable or invalid file is an Error, never a default;
+  // so are a repeated key, a number beyond fp32, a file that is not a regular file and one
+  // larger than kMaxCalibrationFileBytes.
   static Calibration load(const std::filesystem::path& path);
   // Build from per-layer max |kv_c| (s_l = max_abs_l * C2688).
   static Calibration from_max_abs(const std::vector<float>& max_abs);

@@ -2,6 +2,7 @@
 // GPU decode kernel, with tensors in safetensors files.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,15 @@ void run_attend(const FormatFlags& flags, const AttendArgs& args) {
   if (!std::isfinite(args.sm_scale) || args.sm_scale <= 0.0f) throw Error("--sm-scale must be a finite positive number");
   if (q.shape[1] <= 0) throw Error(args.query + ": q needs at least one head");
   if (idx.shape[1] <= 0) throw Error(args.indices + ": indices need at least one column (topk)");
+  // The kernels count rows, heads and topk in int: a larger extent would be cut, not refused.
+  auto check_extent = [](int64_t extent, const std::string& what) {
+    if (extent > std::numeric_limits<int>::max())
+      throw Error(what + " is " + std::to_string(extent) + "; at most " + std::to_string(std::numeric_limits<int>::max()) +
+                  " are supported");
+  };
+  check_extent(q.shape[0], args.query + ": the number of rows of q");
+  check_extent(q.shape[1], args.query + ": the number of heads of q");
+  check_extent(idx.shape[1], args.indices + ": the number of columns (topk) of indices");
 
   SparseMlaArgs a;
   a.q = q.as<uint16_t>();

@@ -1,5 +1,7 @@
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 
 #include "commands.h"
@@ -19,6 +21,10 @@ void add_info_command(CLI::App& app) {
 }  // namespace nvfp4mla::cli
 
 int main(int argc, char** argv) {
+  // A write past the file size limit (ulimit -f) then fails with EFBIG, which every writer turns
+  // into a one-line error after removing its temporary file, instead of the signal killing the
+  // process with the temporary left behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"nvfp4mla: 4-bit NVFP4 KV-cache records for DeepSeek-style sparse MLA"};
   app.require_subcommand(1);
   // Usage errors read like every other error: one line, same prefix.
@@ -41,6 +47,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const nvfp4mla::Error& e) {
     std::fprintf(stderr, "nvfp4mla: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "nvfp4mla: error: out of memory: the command needs more memory than is available\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nvfp4mla: internal error: %s\n", e.what());

@@ -1,5 +1,6 @@
 // nvfp4mla plan route|scratch|capacity: serving policy and sizing, as a table or JSON.
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -15,7 +16,7 @@ namespace {
 using namespace nvfp4mla::serving;
 
 struct PlanArgs {
-  std::string mode;  // empty: the environment (VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE), else auto
+  std::optional<std::string> mode;  // unset: the environment (VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE), else auto
   bool json = false;
   // route
   int spec_tokens = 0, max_query_len = 1, max_q_per_request = 8;
@@ -31,7 +32,9 @@ struct PlanArgs {
 };
 
 SpecDecodeMode mode_of(const PlanArgs& a) {
-  if (!a.mode.empty()) return parse_spec_decode_mode(a.mode);
+  // A given --mode is parsed even when empty, so `--mode ''` is the same error as the variable
+  // set to ''.
+  if (a.mode) return parse_spec_decode_mode(*a.mode);
   return spec_decode_mode_from_env().value_or(SpecDecodeMode::automatic);
 }
 
@@ -115,8 +118,11 @@ void run_capacity(const FormatFlags& f, const PlanArgs& a) {
 }
 
 void add_mode(CLI::App* cmd, PlanArgs& a) {
-  cmd->add_option("--mode", a.mode, "verifier route mode: 0|false|off|no, auto, 1|true|on|yes (default: $" +
-                                        std::string(kSpecDecodeModeEnv) + ", else auto)");
+  cmd->add_option("--mode")
+      ->description("verifier route mode: 0|false|off|no, auto, 1|true|on|yes (default: $" +
+                    std::string(kSpecDecodeModeEnv) + ", else auto)")
+      ->type_name("TEXT")
+      ->each([&a](const std::string& v) { a.mode = v; });
   cmd->add_flag("--json", a.json, "print JSON");
 }
 

@@ -218,8 +218,12 @@ void add_store_bench(CLI::App* store) {
     if (a->repeat < 1 || a->threads < 1) throw Error("--repeat and --threads must be at least 1");
     const fs::path work = fs::path(a->dir) / ("nvfp4mla-store-bench-" + std::to_string(::getpid()));
     std::error_code ec;
-    fs::create_directories(work, ec);
-    if (ec) throw Error("cannot create '" + work.string() + "': " + ec.message());
+    fs::create_directories(a->dir, ec);
+    if (ec) throw Error("cannot create '" + a->dir + "': " + ec.message());
+    // A folder of our own: one that exists already (or a link planted under this name) would
+    // have its files overwritten and, at the end, removed.
+    if (!fs::create_directory(work, ec) || ec)
+      throw Error("cannot create '" + work.string() + "': " + (ec ? ec.message() : std::string("it exists already")));
     try {
       for (int layers : a->layers) bench_block_size(*a, work, layers);
     } catch (...) {

@@ -1,8 +1,10 @@
 // nvfp4mla store: inspect and maintain a persistent KV offload store (docs/OFFLOAD.md).
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
-#include <fstream>
-#include <iterator>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,8 +13,10 @@
 #include "commands.h"
 #include "format_flags.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/file_read.h"
 #include "nvfp4mla/offload/disk_tier.h"
 #include "nvfp4mla/offload/namespace.h"
+#include "nvfp4mla/safetensors.h"
 #include "store_bench.h"
 
 namespace nvfp4mla::cli {
@@ -102,34 +106,19 @@ std::vector<NamespaceListing> select_namespaces(const fs::path& root, const std:
   return out;
 }
 
-std::vector<uint8_t> read_binary_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + path.string() + "': file missing or unreadable");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error("error while reading '" + path.string() + "'");
-  return bytes;
-}
-
-// Written to a temporary name and renamed when complete, so a failure leaves nothing behind.
-void write_binary_file(const fs::path& path, const std::vector<uint8_t>& bytes) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot create '" + tmp.string() + "'");
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw Error("cannot write '" + tmp.string() + "' (disk full?)");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error("cannot rename to '" + path.string() + "': " + ec.message());
-  }
+// --max-gib: a number of GiB; a limit beyond what 64 bits of bytes can count (1e999, inf) keeps
+// everything rather than wrapping around to a small number.
+uint64_t max_bytes_of_gib(const std::string& text) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double gib = std::strtod(begin, &end);
+  if (text.empty() || end == begin || *end != '\0' || std::isnan(gib))
+    throw Error("--max-gib: '" + text + "' is not a number of GiB");
+  if (gib < 0) throw Error("--max-gib must not be negative, got " + text);
+  const double bytes = gib * kGiB;  // inf (and ERANGE overflow) stays inf
+  if (!(bytes < 18446744073709551616.0)) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(bytes);
 }
 
 void add_ls(CLI::App* store) {
@@ -221,24 +210,39 @@ void add_verify(CLI::App* store) {
   cmd->add_option("--root", a->root, "Store root directory")->required();
   cmd->add_option("--namespace", a->ns, "Only the namespace whose digest starts with this hex prefix");
   cmd->callback([a] {
-    uint64_t checked = 0, bad = 0;
+    uint64_t checked = 0, quarantined = 0, unreadable = 0, invalid = 0;
     for (const auto& l : select_namespaces(a->root, a->ns)) {
       if (!l.valid) {
         std::printf("%s: INVALID namespace: %s\n", l.dir.filename().string().c_str(), l.problem.c_str());
-        ++bad;
+        ++invalid;
         continue;
       }
       const auto tier = DiskTier::open_existing(l.dir);
       const VerifyReport r = tier->verify();
       checked += r.checked;
-      bad += r.problems.size();
+      quarantined += r.quarantined;
+      unreadable += r.unreadable;
       std::printf("%.16s  %s: %llu checked, %llu ok, %zu bad\n", l.dir.filename().string().c_str(),
                   l.params.record_identity.c_str(), static_cast<unsigned long long>(r.checked),
                   static_cast<unsigned long long>(r.ok), r.problems.size());
       for (const auto& p : r.problems) std::printf("  %s\n", p.c_str());
     }
-    if (bad) throw Error(std::to_string(bad) + " of " + std::to_string(checked) + " block files failed verification "
-                         "(moved to each namespace's quarantine/ folder, see quarantine/reasons.log)");
+    std::vector<std::string> failures;
+    if (quarantined)
+      failures.push_back(std::to_string(quarantined) + " of " + std::to_string(checked) +
+                         " block files failed verification and were moved to their namespace's quarantine/ folder "
+                         "(see quarantine/reasons.log)");
+    if (unreadable)
+      failures.push_back(std::to_string(unreadable) + " of " + std::to_string(checked) +
+                         " block files could not be read and were left in place (check their permissions)");
+    if (invalid)
+      failures.push_back(std::to_string(invalid) + " namespace directories are invalid and were not verified "
+                         "(see the lines above)");
+    if (!failures.empty()) {
+      std::string message;
+      for (const auto& f : failures) message += (message.empty() ? "" : "; ") + f;
+      throw Error(message);
+    }
     std::printf("all %llu block files verified\n", static_cast<unsigned long long>(checked));
   });
 }
@@ -246,15 +250,14 @@ void add_verify(CLI::App* store) {
 void add_gc(CLI::App* store) {
   auto* cmd = store->add_subcommand("gc", "Evict least-recently-used blocks across all namespaces down to a size");
   struct Args {
-    std::string root;
-    double max_gib = -1;
+    std::string root, max_gib;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--root", a->root, "Store root directory")->required();
-  cmd->add_option("--max-gib", a->max_gib, "Keep at most this many GiB of block files")->required();
+  cmd->add_option("--max-gib", a->max_gib, "Keep at most this many GiB of block files (inf: keep everything)")
+      ->required();
   cmd->callback([a] {
-    if (!(a->max_gib >= 0)) throw Error("--max-gib must be a non-negative number");
-    const uint64_t freed = collect_garbage(a->root, static_cast<uint64_t>(a->max_gib * kGiB));
+    const uint64_t freed = collect_garbage(a->root, max_bytes_of_gib(a->max_gib));
     std::printf("freed %s\n", format_bytes(freed).c_str());
   });
 }
@@ -271,12 +274,25 @@ void add_put_get(CLI::App* store) {
   put_cmd->add_option("--input", put->file, "File holding exactly one block's bytes")->required();
   put->ns.add_to(put_cmd);
   put_cmd->callback([put] {
+    // Everything is checked before the store is touched, so a bad request creates nothing.
     const NamespaceParams params = put->ns.params();
     const auto key = key_from_hex(put->key);
-    const auto block = read_binary_file(put->file);
-    DiskTier tier(put->root, params);
-    tier.put(key, block);
-    std::printf("stored %zu bytes under %s in %s\n", block.size(), put->key.c_str(), tier.dir().string().c_str());
+    const uint64_t block_bytes = params.block_bytes();
+    const std::string input = read_regular_file(put->file, block_bytes, "block input");
+    if (input.size() != block_bytes)
+      throw Error("block input '" + put->file + "' is " + std::to_string(input.size()) +
+                  " bytes; blocks of this namespace are " + std::to_string(block_bytes) + " bytes");
+    const fs::path dir = namespace_dir(put->root, params);
+    std::error_code ec;
+    const bool existed = fs::exists(fs::symlink_status(dir, ec));
+    try {
+      DiskTier tier(put->root, params);
+      tier.put(key, {reinterpret_cast<const uint8_t*>(input.data()), input.size()});
+    } catch (...) {
+      if (!existed) remove_namespace_if_empty(dir);  // a failed first put leaves no empty namespace
+      throw;
+    }
+    std::printf("stored %zu bytes under %s in %s\n", input.size(), put->key.c_str(), dir.string().c_str());
   });
 
   auto get = std::make_shared<Args>();
@@ -292,14 +308,17 @@ void add_put_get(CLI::App* store) {
       throw Error("no such namespace under '" + get->root + "' (" + namespace_dir(get->root, params).filename().string() +
                   "); `nvfp4mla store ls --root " + get->root + "` lists the namespaces there");
     DiskTier tier(get->root, params);
-    std::vector<uint8_t> block(tier.block_bytes());
-    if (!tier.get(key, block)) {
-      const auto s = tier.stats();
-      throw Error("block " + get->key + " is not in the store" +
-                  (s.corrupt ? std::string(" (its file failed validation and was quarantined)") : std::string()));
-    }
-    write_binary_file(get->file, block);
-    std::printf("wrote %zu bytes to %s\n", block.size(), get->file.c_str());
+    auto missing = [&] {
+      return Error("block " + get->key + " is not in the store" +
+                   (tier.stats().corrupt ? std::string(" (its file failed validation and was quarantined)") : std::string()));
+    };
+    // The key first: a miss allocates nothing (a block can be up to 4 GiB).
+    if (!tier.contains(key)) throw missing();
+    const size_t size = tier.block_bytes();
+    const std::unique_ptr<uint8_t[]> block(new uint8_t[size]);  // filled (or zeroed) by get
+    if (!tier.get(key, {block.get(), size})) throw missing();
+    write_file_atomic(get->file, block.get(), size);
+    std::printf("wrote %zu bytes to %s\n", size, get->file.c_str());
   });
 }
 

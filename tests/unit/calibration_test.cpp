@@ -1,7 +1,9 @@
 // Calibration file parsing: every rejection rule, exact round trip, file hashing.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "nvfp4mla/calibration.h"
@@ -91,4 +93,36 @@ TEST(Calibration, LoadHashesExactBytes) {
   // Known-answer test for the hash itself (SHA-256 of "abc").
   EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_THROW(Calibration::load(dir / "absent.json"), Error);
+}
+
+// Issue 20 items 7 and 8: a number beyond double (1e999) escaped as nlohmann's out_of_range
+// ("internal error"), and a repeated key silently replaced the first.
+TEST(Calibration, RejectsRepeatedKeysAndOverflowingNumbers) {
+  expect_rejected(with("[0.001, 0.002]", "[1e999, 0.002]"), "not valid JSON");
+  expect_rejected(with(R"("num_layers": 2, )", R"("num_layers": 2, "num_layers": 2, )"), "repeats the key 'num_layers'");
+  expect_rejected(with(R"("max_abs": [2.688, 5.376])", R"("max_abs": [2.688, 5.376], "scales": [0.5, 0.5])"),
+                  "repeats the key 'scales'");
+}
+
+// Issue 20 items 6 and 7: a directory, a FIFO, a device or an oversized file as the calibration
+// file is refused before anything is read (a directory was an "internal error"; /dev/zero grew
+// without limit; a FIFO waited for a writer).
+TEST(Calibration, LoadRefusesWhatIsNotASmallRegularFile) {
+  nvfp4mla::testing::TempDir dir;
+  auto expect_load_error = [](const std::filesystem::path& p, const std::string& needle) {
+    try {
+      (void)Calibration::load(p);
+      ADD_FAILURE() << "loaded " << p;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_load_error(dir.path(), "is a directory");
+  expect_load_error("/dev/zero", "is a device");
+  const auto fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_load_error(fifo, "is a FIFO");
+  const auto big = dir.write("big.json", "");
+  std::filesystem::resize_file(big, kMaxCalibrationFileBytes + 1);
+  expect_load_error(big, "at most " + std::to_string(kMaxCalibrationFileBytes) + " bytes");
 }

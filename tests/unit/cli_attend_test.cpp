@@ -73,6 +73,11 @@ TEST(CliAttend, RejectsInconsistentInputs) {
   expect_cli_error(dir, "attend --cache q.safetensors" + files, "records");
   expect_cli_error(dir, "attend --cache cache.safetensors --query idx.safetensors --indices idx.safetensors --sm-scale 0.04 --output o.safetensors", "'q'");
   expect_cli_error(dir, "attend --cache cache.safetensors --query q.safetensors --indices idx.safetensors --sm-scale -1 --output o.safetensors", "--sm-scale");
+  // Issue 20 item 9: q of shape [0, 2^32 + 1, 576] holds no bytes, and its head count was cut
+  // to 1 on the way into an int.
+  write_safetensors(dir / "wide_q.safetensors", {{"q", Tensor::zeros(DType::BF16, {0, (int64_t(1) << 32) + 1, kQkDim})}});
+  write_safetensors(dir / "no_rows.safetensors", {{"indices", Tensor::zeros(DType::I32, {0, 4})}});
+  expect_cli_error(dir, "attend --cache cache.safetensors --query wide_q.safetensors --indices no_rows.safetensors --sm-scale 0.04 --output o.safetensors", "number of heads of q is 4294967297");
 }
 
 #endif  // NVFP4MLA_CLI_PATH

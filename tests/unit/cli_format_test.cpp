@@ -1,6 +1,7 @@
 // The real nvfp4mla binary: encode/decode round trips for every format, abi strings, calibrate,
 // inspect, and error paths (one error line, non-zero exit, no output file left behind).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "nvfp4mla/record.h"
 #include "nvfp4mla/safetensors.h"
 #include "support/random_tokens.h"
+#include "support/cli_child.h"
 #include "support/cli_runner.h"
 #include "support/temp_dir.h"
 #include "support/tensors.h"
@@ -366,6 +368,45 @@ TEST(CliFormat, ErrorsGiveOneLineAndLeaveNoOutput) {
   expect_cli_error(dir, cal + "acts_zero.safetensors", "all zeros");
   expect_cli_error(dir, cal + "acts_empty.safetensors", "is empty");
   expect_cli_error(dir, cal + "truncated.safetensors", "truncated");
+}
+
+// Issue 20 item 5: under `ulimit -f`, SIGXFSZ killed encode and decode (exit 153), and decode
+// left its partial temporary .<output>.tmp-<pid>-... behind.
+TEST(CliFormat, FileSizeLimitIsAnErrorAndLeavesNoTemporary) {
+  TempDir dir;
+  write_tokens(dir / "in.safetensors", as_bf16_inputs(nvfp4mla::testing::random_tokens(64, 3)));
+  ASSERT_EQ(run_cli(dir, "encode --input in.safetensors --output rec.safetensors").exit_code, 0);
+  const auto before = nvfp4mla::testing::dir_listing(dir);
+  // Records are 432 bytes a token, decoded values 2304: a 16 KiB limit stops both part way.
+  const nvfp4mla::testing::ChildLimits limit{.file_size_bytes = 16 * 1024};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"encode", "--input", "in.safetensors", "--output", "out.safetensors"},
+        std::vector<std::string>{"decode", "--input", "rec.safetensors", "--output", "out.safetensors"}}) {
+    SCOPED_TRACE(args[0]);
+    const auto r = nvfp4mla::testing::run_cli_child(dir.path(), args, limit);
+    nvfp4mla::testing::expect_clean_failure(r, "File too large");
+    EXPECT_EQ(nvfp4mla::testing::dir_listing(dir), before);
+  }
+}
+
+// Issue 20 item 7: a directory as --scales-file and 1e999 in a calibration file were
+// "internal error" (exit 2); a FIFO as --scales-file waited forever.
+TEST(CliFormat, UnreadableCalibrationIsACleanError) {
+  TempDir dir;
+  write_tokens(dir / "in.safetensors", as_bf16_inputs(nvfp4mla::testing::random_tokens(4, 5)));
+  std::filesystem::create_directory(dir / "folder.json");
+  dir.write("overflow.json", R"({"format": "nvfp4_ds_mla_outer_scale_v1", "num_layers": 1, "latent_dim": 512,
+                                 "denominator": 2688.0, "scales": [1e999], "max_abs": [1.0]})");
+  ASSERT_EQ(::mkfifo((dir / "fifo.json").c_str(), 0600), 0);
+  for (const auto& [file, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"folder.json", "is a directory"}, {"overflow.json", "not valid JSON"}, {"fifo.json", "is a FIFO"}}) {
+    SCOPED_TRACE(file);
+    const auto r = nvfp4mla::testing::run_cli_child(
+        dir.path(), {"encode", "--output", "out.safetensors", "--input", "in.safetensors", "--layer", "0",
+                     "--scales-file", file},
+        {.timeout_s = 20});
+    nvfp4mla::testing::expect_clean_failure(r, needle);
+  }
 }
 
 #endif  // NVFP4MLA_CLI_PATH

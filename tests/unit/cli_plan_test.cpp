@@ -40,6 +40,9 @@ TEST(CliPlan, ScratchSeedExampleAndRoute) {
 TEST(CliPlan, RejectsBadInput) {
   TempDir dir;
   expect_cli_error(dir, "plan route --mode sometimes", "0, false, off or no");
+  // Issue 20 item 9: an empty --mode meant auto while the variable set to '' is an error.
+  expect_cli_error(dir, "plan route --mode ''", "invalid verifier route mode ''");
+  expect_cli_error(dir, "plan route", "invalid verifier route mode ''", "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE=");
   expect_cli_error(dir, "plan capacity --memory-gib 1 --reserved-gib 2 --layers 78", "reserved memory");
   expect_cli_error(dir, "plan route --cache-dtype fp8_ds_mla --rope fp8", "--rope applies to nvfp4_ds_mla only");
 }

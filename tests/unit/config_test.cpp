@@ -101,7 +101,7 @@ TEST(FormatConfig, ValidationRules) {
   expect_error({}, {.dynamic_scale = "1"}, "368-byte");
   // static requires a valid, readable calibration file
   expect_error({.scale_mode = ScaleMode::static_calibrated}, none, "needs a calibration");
-  expect_error({.scales_file = (dir / "missing.json").string()}, none, "missing or unreadable");
+  expect_error({.scales_file = (dir / "missing.json").string()}, none, "cannot read calibration file");
   expect_error({.scales_file = dir.write("bad.json", "{").string()}, none, "not valid JSON");
   expect_error({.scales_file = cal, .layer = 3}, none, "outside the calibration");
   expect_error({.scales_file = cal, .layer = -1}, none, "negative");

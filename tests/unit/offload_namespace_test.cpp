@@ -41,6 +41,26 @@ TEST(OffloadNamespace, RejectsSentinelsDtypeNamesAndUnknownWidths) {
   expect_error_containing([] { record_bytes_of_identity("nvfp4_ds_mla:fp8-rope-368:"); }, "empty field");
 }
 
+// Issue 20 item 8: anything after a known dtype and width was accepted, so a typo named a
+// namespace of its own that no reader ever opens.
+TEST(OffloadNamespace, RejectsIdentitiesNoFormatConfigWrites) {
+  const std::string sha(64, 'a');
+  for (const std::string& bad : std::vector<std::string>{"nvfp4_ds_mla:fp8-rope-368:dynamic-tokn-v1", "nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1:extra",
+        "nvfp4_ds_mla:bf16-rope-432:dynamic-token-v1", "nvfp4_ds_mla:bf16-rope-432:implicit-unit-v2",
+        "bf16:1152:v1:x", "fp8_ds_mla:656:v2", "fp8_ds_mla:656:static-calibrated-v1:" + sha}) {
+    SCOPED_TRACE(bad);
+    expect_error_containing([&] { record_bytes_of_identity(bad); }, "not a record identity of this build");
+  }
+  for (const std::string& bad : std::vector<std::string>{"nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:nothex",
+                                "nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:" + std::string(64, 'A'),
+                                "nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:" + sha.substr(1),
+                                "nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:" + sha + ":x"}) {
+    SCOPED_TRACE(bad);
+    expect_error_containing([&] { record_bytes_of_identity(bad); }, "64 lowercase hex digits");
+  }
+  EXPECT_EQ(record_bytes_of_identity("nvfp4_ds_mla:fp8-rope-368:static-calibrated-v1:" + sha), 368);
+}
+
 TEST(OffloadNamespace, ValidateNamesTheBadField) {
   auto p = small_params();
   p.record_bytes = 432;
@@ -115,6 +135,10 @@ TEST(OffloadNamespace, ManifestRoundTripsAndRejectsEdits) {
   edited.replace(edited.find("\"tokens_per_block\": 64"), 22, "\"tokens_per_block\": 32");
   expect_error_containing([&] { parse_manifest(edited, "test"); }, "does not match its fields");
   expect_error_containing([&] { parse_manifest("{", "test"); }, "not valid JSON");
+  // A repeated key (issue 20 item 8, as for calibration files): the last one used to win.
+  std::string repeated = json;
+  repeated.replace(repeated.find("\"tp_rank\""), 0, "\"tp_rank\": 1,\n  ");
+  expect_error_containing([&] { parse_manifest(repeated, "test"); }, "repeats the key 'tp_rank'");
   expect_error_containing([&] { parse_manifest("{\"format\": \"x\"}", "test"); }, "format");
   std::string typed = json;
   typed.replace(typed.find("\"layers_in_block\": 78"), 21, "\"layers_in_block\": \"78\"");

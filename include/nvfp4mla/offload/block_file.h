@@ -58,6 +58,7 @@ enum class BlockDefect : uint8_t {
   reserved_nonzero,
   bad_checksum,
   read_error,        // the OS reported an error while reading
+  not_a_file,        // a symbolic link, FIFO, device or directory where a block file belongs
 };
 const char* to_string(BlockDefect defect);
 

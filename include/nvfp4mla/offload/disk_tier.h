@@ -8,6 +8,11 @@
 //   tmp/                 files being written (removed on open: their writer is gone)
 //   quarantine/          files that failed validation, moved aside with reasons.log
 //
+// The store never follows a symbolic link below the root: the namespace directory and its
+// sub-directories are opened once (O_NOFOLLOW) and every file is reached relative to them; a
+// link where the store expects a directory, the lock, the manifest or quarantine/reasons.log is
+// an Error naming it, and a link in place of a block file is quarantined (the link itself).
+//
 // Writes: temporary file, fsync, rename into place, fsync of the directory; a reader therefore
 // sees either the old file, the new file or none, never a mix. Reads validate header and
 // checksum; any defect is a counted miss and the file goes to quarantine (never deleted).
@@ -41,7 +46,9 @@ struct DiskTierStats {
 
 struct VerifyReport {
   uint64_t checked = 0, ok = 0;
-  std::vector<std::string> problems;  // "<file>: <defect>" for each quarantined file
+  uint64_t quarantined = 0;  // defective files, moved to quarantine/
+  uint64_t unreadable = 0;   // files that could not be opened (e.g. permissions), left in place
+  std::vector<std::string> problems;  // one line per quarantined or unreadable file
 };
 
 // One block's place in the eviction order.
@@ -102,7 +109,14 @@ struct DiskUsage {
 DiskUsage disk_usage(const std::filesystem::path& namespace_dir);
 
 // Evicts least-recently-used blocks across every namespace under `root` until their files
-// total at most max_bytes. Returns bytes freed. Throws Error when a namespace is in use.
+// total at most max_bytes (UINT64_MAX keeps everything). Returns bytes freed. Throws Error when
+// a namespace is in use.
 uint64_t collect_garbage(const std::filesystem::path& root, uint64_t max_bytes);
+
+// Removes a namespace directory that holds nothing of value: no block, nothing in quarantine/,
+// no entry the store does not know (a first put that failed leaves such a directory). Takes
+// the namespace lock first; returns false, removing nothing, when the namespace is in use or
+// holds anything else. Never follows a link.
+bool remove_namespace_if_empty(const std::filesystem::path& namespace_dir);
 
 }  // namespace nvfp4mla::offload

@@ -46,13 +46,18 @@ using NamespaceDigest = std::array<uint8_t, 32>;
 NamespaceDigest namespace_digest(const NamespaceParams& params);
 std::string to_hex(const NamespaceDigest& digest);
 
-// Record width named by a native record identity; throws Error for anything that is not one
-// (a bare dtype name, vLLM's "vllm-default-v1" sentinel, an unknown dtype or width).
+// Record width named by a native record identity; throws Error for anything that is not
+// exactly an identity FormatConfig writes (a bare dtype name, vLLM's "vllm-default-v1"
+// sentinel, an unknown dtype, width or scale semantics, an extra field, a static identity whose
+// calibration hash is not 64 lowercase hex digits).
 int record_bytes_of_identity(const std::string& identity);
 
 // Human-readable JSON manifest kept in each namespace directory.
 inline constexpr const char* kManifestFormat = "nvfp4mla-offload-namespace-v1";
 inline constexpr const char* kManifestFileName = "manifest.json";
+// A manifest is a few hundred bytes (the model identity is at most 4096 characters); a larger
+// file is refused unread.
+inline constexpr uint64_t kMaxManifestBytes = 64 * 1024;
 std::string manifest_json(const NamespaceParams& params);
 // Parses and validates a manifest (including that its stored digest matches its fields).
 // `origin` names the source in error messages.
@@ -65,6 +70,8 @@ void check_manifest_matches(const NamespaceParams& wanted, const NamespaceParams
 std::filesystem::path namespace_dir(const std::filesystem::path& root, const NamespaceParams& params);
 
 // Every namespace directory under a root, with its manifest (or why it could not be read).
+// Nothing below the root is followed: a symbolic link named like a namespace is listed as
+// invalid, and a manifest that is a link, not a regular file or too large is a problem.
 struct NamespaceListing {
   std::filesystem::path dir;
   bool valid = false;

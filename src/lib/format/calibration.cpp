@@ -3,13 +3,13 @@
 #include <openssl/evp.h>
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "io/strict_json.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/file_read.h"
 #include "nvfp4mla/format.h"
 
 namespace nvfp4mla {
@@ -29,16 +29,8 @@ std::string sha256_hex(const void* data, size_t size) {
   return out;
 }
 
-static std::string read_whole_file(const std::filesystem::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(std::string("cannot read ") + what + " '" + path.string() + "': file missing or unreadable");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(std::string("error while reading ") + what + " '" + path.string() + "'");
-  return bytes;
-}
-
 std::string sha256_file_hex(const std::filesystem::path& path) {
-  const std::string bytes = read_whole_file(path, "file");
+  const std::string bytes = read_regular_file(path, std::numeric_limits<uint64_t>::max(), "file");
   return sha256_hex(bytes.data(), bytes.size());
 }
 
@@ -85,12 +77,7 @@ std::vector<float> number_array(const json& doc, const char* key, int64_t n, con
 }  // namespace
 
 Calibration Calibration::parse(const std::string& text, const std::string& origin) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error("calibration " + origin + ": not valid JSON (" + e.what() + ")");
-  }
+  const json doc = io::parse_strict_json(text, "calibration " + origin);
   if (!doc.is_object()) throw Error("calibration " + origin + ": top level must be a JSON object");
   if (!doc.contains("format") || !doc.at("format").is_string() || doc.at("format").get<std::string>() != kCalibrationFormat)
     throw Error("calibration " + origin + ": \"format\" must be \"" + kCalibrationFormat + "\"");
@@ -112,7 +99,7 @@ Calibration Calibration::parse(const std::string& text, const std::string& origi
 }
 
 Calibration Calibration::load(const std::filesystem::path& path) {
-  const std::string bytes = read_whole_file(path, "calibration file");
+  const std::string bytes = read_regular_file(path, kMaxCalibrationFileBytes, "calibration file");
   Calibration c = parse(bytes, "'" + path.string() + "'");
   c.sha256_hex = nvfp4mla::sha256_hex(bytes.data(), bytes.size());
   c.source = path;

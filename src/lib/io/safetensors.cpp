@@ -9,11 +9,11 @@
 #include <cstring>
 #include <memory>
 #include <random>
-#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "io/strict_json.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/error.h"
 
@@ -82,29 +82,8 @@ void read_exact(std::FILE* f, const std::filesystem::path& path, uint64_t offset
     fail(path, "cannot read " + what + (std::ferror(f) ? ": " + errno_text() : ": file ended early (truncated?)"));
 }
 
-// Parses the header, rejecting duplicate keys in any object (nlohmann keeps the last one
-// silently, which would hide a corrupt or hand-edited header).
 json parse_header(const std::string& text, const std::filesystem::path& path) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  auto reject_duplicates = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !open_objects.empty()) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
-  json header;
-  try {
-    header = json::parse(text, reject_duplicates);
-  } catch (const json::exception& e) {
-    fail(path, std::string("safetensors header is not valid JSON (") + e.what() + ")");
-  }
-  if (!duplicate.empty()) fail(path, "safetensors header repeats the key '" + duplicate + "'");
+  json header = io::parse_strict_json(text, path.string() + ": safetensors header");
   if (!header.is_object()) fail(path, "safetensors header must be a JSON object");
   return header;
 }

@@ -62,6 +62,7 @@ const char* to_string(BlockDefect defect) {
     case BlockDefect::reserved_nonzero: return "reserved header bytes not zero";
     case BlockDefect::bad_checksum: return "checksum mismatch";
     case BlockDefect::read_error: return "read error";
+    case BlockDefect::not_a_file: return "not a regular file (a link, FIFO, device or directory)";
   }
   return "?";
 }

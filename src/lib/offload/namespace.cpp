@@ -1,13 +1,19 @@
 #include "nvfp4mla/offload/namespace.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "io/file_read_at.h"
+#include "io/strict_json.h"
 #include "nvfp4mla/calibration.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/format.h"
 #include "nvfp4mla/offload/block_file.h"
+#include "manifest_file.h"
 #include "posix_io.h"
 
 namespace nvfp4mla::offload {
@@ -73,6 +79,35 @@ std::vector<std::pair<std::string, std::string>> params_fields(const NamespacePa
   };
 }
 
+// The native identities of every configuration without a calibration, as FormatConfig
+// writes them (the environment is not consulted).
+const std::vector<std::string>& uncalibrated_identities() {
+  static const std::vector<std::string> ids = [] {
+    std::vector<std::string> out;
+    for (CacheDtype d : {CacheDtype::bf16, CacheDtype::fp8_ds_mla})
+      out.push_back(FormatConfig::create({.cache_dtype = d}, EnvironmentSettings{}).identity());
+    for (RopeEncoding rope : {RopeEncoding::fp8, RopeEncoding::bf16})
+      for (ScaleMode mode : {ScaleMode::implicit, ScaleMode::dynamic}) {
+        try {
+          out.push_back(FormatConfig::create({.cache_dtype = CacheDtype::nvfp4_ds_mla, .rope = rope, .scale_mode = mode},
+                                             EnvironmentSettings{})
+                            .identity());
+        } catch (const Error&) {
+          // A combination the format does not allow (dynamic scales need the fp8 RoPE record).
+        }
+      }
+    return out;
+  }();
+  return ids;
+}
+
+constexpr const char* kStaticSemantics = "static-calibrated-v1";
+constexpr size_t kSha256HexDigits = 64;
+
+bool is_lowercase_hex(const std::string& s) {
+  return s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
 }  // namespace
 
 int record_bytes_of_identity(const std::string& identity) {
@@ -91,10 +126,30 @@ int record_bytes_of_identity(const std::string& identity) {
                 "width and scale semantics (print it with `nvfp4mla abi`)");
   for (const auto& f : fields)
     if (f.empty()) throw Error("record identity '" + identity + "' has an empty field");
+  std::optional<int> record_bytes;
   for (const WidthField& w : width_fields(*dtype))
-    if (fields[1] == w.field) return w.record_bytes;
-  throw Error("record identity '" + identity + "' names an unknown record width '" + fields[1] + "' for " +
-              to_string(*dtype));
+    if (fields[1] == w.field) record_bytes = w.record_bytes;
+  if (!record_bytes)
+    throw Error("record identity '" + identity + "' names an unknown record width '" + fields[1] + "' for " +
+                to_string(*dtype));
+  // The rest must be exactly what FormatConfig writes: a near miss ("dynamic-tokn-v1", an extra
+  // field) would otherwise name a namespace of its own that no reader ever opens.
+  const std::string head = fields[0] + ":" + fields[1] + ":";
+  for (const std::string& known : uncalibrated_identities())
+    if (identity == known) return *record_bytes;
+  const bool can_be_static = *dtype == CacheDtype::nvfp4_ds_mla;
+  if (can_be_static && fields[2] == kStaticSemantics) {
+    if (fields.size() != 4 || fields[3].size() != kSha256HexDigits || !is_lowercase_hex(fields[3]))
+      throw Error("record identity '" + identity + "': a static identity ends in the calibration file's SHA-256, " +
+                  std::to_string(kSha256HexDigits) + " lowercase hex digits (print it with `nvfp4mla abi --scales-file F`)");
+    return *record_bytes;
+  }
+  std::string accepted;
+  for (const std::string& known : uncalibrated_identities())
+    if (known.starts_with(head)) accepted += (accepted.empty() ? "" : ", ") + known;
+  if (can_be_static) accepted += ", " + head + kStaticSemantics + ":<SHA-256 of the calibration file>";
+  throw Error("'" + identity + "' is not a record identity of this build; for " + fields[0] + ":" + fields[1] +
+              " it is one of: " + accepted + " (print it with `nvfp4mla abi`)");
 }
 
 NamespaceParams NamespaceParams::for_format(const FormatConfig& format, int tokens_per_block, int layers_in_block,
@@ -174,12 +229,7 @@ std::string manifest_json(const NamespaceParams& params) {
 }
 
 NamespaceParams parse_manifest(const std::string& json_text, const std::string& origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("manifest " + origin + " is not valid JSON: " + e.what());
-  }
+  const nlohmann::json j = io::parse_strict_json(json_text, "manifest " + origin);
   if (!j.is_object()) throw Error("manifest " + origin + " is not a JSON object");
   auto field = [&](const char* name) -> const nlohmann::json& {
     if (!j.contains(name)) throw Error("manifest " + origin + " has no \"" + name + "\"");
@@ -237,18 +287,39 @@ std::filesystem::path namespace_dir(const std::filesystem::path& root, const Nam
   return root / to_hex(namespace_digest(params));
 }
 
+NamespaceParams read_manifest_at(int dir_fd, const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / kManifestFileName;
+  return parse_manifest(io::read_regular_file_at(dir_fd, kManifestFileName, path, kMaxManifestBytes, "manifest",
+                                                 io::FinalLink::refuse),
+                        "'" + path.string() + "'");
+}
+
 std::vector<NamespaceListing> list_namespaces(const std::filesystem::path& root) {
   std::error_code ec;
   if (!std::filesystem::is_directory(root, ec)) throw Error("store root '" + root.string() + "' is not a directory");
+  // The root is the caller's path and may be a link; nothing below it is followed.
+  const posix::UniqueFd root_fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root_fd) throw Error(posix::describe_os_error("cannot open store root", root, errno));
   std::vector<NamespaceListing> out;
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
-    const auto manifest = entry.path() / kManifestFileName;
-    if (!entry.is_directory() || !std::filesystem::exists(manifest)) continue;
+  for (const std::string& name : posix::list_dir(root_fd.get(), root)) {
+    struct stat st {};
+    if (::fstatat(root_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // removed meanwhile
     NamespaceListing l;
-    l.dir = entry.path();
+    l.dir = root / name;
+    if (S_ISLNK(st.st_mode)) {
+      // A link named like a namespace is reported (ls, verify), not opened.
+      if (name.size() != 2 * sizeof(NamespaceDigest) || !is_lowercase_hex(name)) continue;
+      l.problem = "'" + l.dir.string() + "' is a symbolic link; the store never follows links it did not create";
+      out.push_back(std::move(l));
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode)) continue;
+    const posix::UniqueFd dir_fd(::openat(root_fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat manifest {};
+    if (!dir_fd || ::fstatat(dir_fd.get(), kManifestFileName, &manifest, AT_SYMLINK_NOFOLLOW) != 0) continue;
     try {
-      l.params = parse_manifest(posix::read_text_file(manifest, "manifest"), "'" + manifest.string() + "'");
-      if (entry.path().filename() != to_hex(namespace_digest(l.params)))
+      l.params = read_manifest_at(dir_fd.get(), l.dir);
+      if (name != to_hex(namespace_digest(l.params)))
         throw Error("directory name is not the namespace digest of its manifest");
       l.valid = true;
     } catch (const Error& e) {
@@ -256,7 +327,6 @@ std::vector<NamespaceListing> list_namespaces(const std::filesystem::path& root)
     }
     out.push_back(std::move(l));
   }
-  if (ec) throw Error("cannot list store root '" + root.string() + "': " + ec.message());
   std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.dir < y.dir; });
   return out;
 }

@@ -1,17 +1,15 @@
 #include "posix_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <cerrno>
+#include <climits>
 #include <cstring>
-#include <fstream>
-#include <iterator>
-#include <vector>
 
 #include "nvfp4mla/error.h"
 
@@ -85,55 +83,80 @@ int pread_full(int fd, void* data, size_t size, uint64_t offset) {
   return 0;
 }
 
-int fsync_dir(const std::filesystem::path& dir) {
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) return errno;
-  if (::fsync(fd.get()) != 0) return errno;
-  return 0;
+void throw_unexpected_entry(int dir_fd, const std::string& name, const std::filesystem::path& shown,
+                            unsigned expected_type, const std::string& what, int open_errno) {
+  struct stat st {};
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (S_ISLNK(st.st_mode))
+      throw Error("'" + shown.string() + "' is a symbolic link; the store never follows links it did not create: "
+                  "remove the link (and check what it points to)");
+    if ((st.st_mode & S_IFMT) != expected_type)
+      throw Error("'" + shown.string() + "' exists but is not " +
+                  (expected_type == S_IFDIR ? "a directory" : "a regular file") + ": move it away");
+  }
+  throw Error(describe_os_error(what, shown, open_errno));
 }
 
-void ensure_dir(const std::filesystem::path& dir, bool durable) {
-  if (::mkdir(dir.c_str(), 0755) == 0) {
-    if (durable) {
-      const int err = fsync_dir(dir.parent_path());
-      if (err) throw Error(describe_os_error("cannot sync directory", dir.parent_path(), err));
-    }
-    return;
+UniqueFd open_dir_at(int parent_fd, const std::string& name, const std::filesystem::path& shown, bool create,
+                     bool durable) {
+  bool created = false;
+  if (create) {
+    if (::mkdirat(parent_fd, name.c_str(), 0755) == 0)
+      created = true;
+    else if (errno != EEXIST)
+      throw Error(describe_os_error("cannot create directory", shown, errno));
+  }
+  UniqueFd fd(::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    const int err = errno;
+    if (!create && err == ENOENT) return {};
+    throw_unexpected_entry(parent_fd, name, shown, S_IFDIR, "cannot open directory", err);
+  }
+  if (created && durable && ::fsync(parent_fd) != 0)
+    throw Error(describe_os_error("cannot sync directory", shown.parent_path(), errno));
+  return fd;
+}
+
+std::vector<std::string> list_dir(int dir_fd, const std::filesystem::path& shown) {
+  // A descriptor of its own: readdir moves the file offset, which a dup() would share.
+  const int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw Error(describe_os_error("cannot list", shown, errno));
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(describe_os_error("cannot list", shown, err));
+  }
+  std::vector<std::string> names;
+  errno = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+    errno = 0;
   }
   const int err = errno;
-  struct stat st {};
-  if (err == EEXIST && ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return;
-  if (err == EEXIST) throw Error("'" + dir.string() + "' exists but is not a directory: move it away");
-  throw Error(describe_os_error("cannot create directory", dir, err));
+  ::closedir(d);
+  if (err) throw Error(describe_os_error("cannot list", shown, err));
+  return names;
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::span<const uint8_t> bytes, bool durable) {
+void write_file_atomically_at(int dir_fd, const std::string& name, const std::filesystem::path& shown_dir,
+                              std::span<const uint8_t> bytes, bool durable) {
   static std::atomic<uint64_t> counter{0};
-  const std::filesystem::path tmp =
-      path.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!fd) throw Error(describe_os_error("cannot create", tmp, errno));
+  const std::string tmp = name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  // O_EXCL: a name that exists, a symbolic link included, is never opened.
+  UniqueFd fd(::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd) throw Error(describe_os_error("cannot create", shown_dir / tmp, errno));
   const iovec part{const_cast<uint8_t*>(bytes.data()), bytes.size()};
   int err = write_all(fd.get(), {&part, 1});
   if (!err && durable && ::fsync(fd.get()) != 0) err = errno;
-  fd.reset();
-  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (::close(fd.release()) != 0 && !err) err = errno;
+  if (!err && ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) err = errno;
   if (err) {
-    ::unlink(tmp.c_str());
-    throw Error(describe_os_error("cannot write", path, err));
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    throw Error(describe_os_error("cannot write", shown_dir / name, err));
   }
-  if (durable) {
-    err = fsync_dir(path.parent_path());
-    if (err) throw Error(describe_os_error("cannot sync directory", path.parent_path(), err));
-  }
-}
-
-std::string read_text_file(const std::filesystem::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(std::string("cannot read ") + what + " '" + path.string() + "': " + std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(std::string("error while reading ") + what + " '" + path.string() + "'");
-  return text;
+  if (durable && ::fsync(dir_fd) != 0) throw Error(describe_os_error("cannot sync directory", shown_dir, errno));
 }
 
 }  // namespace nvfp4mla::offload::posix

@@ -1,12 +1,14 @@
 #pragma once
 // Small POSIX helpers of the offload store (private): owned descriptors, complete reads and
-// writes, directory fsync, and error messages that say what to do.
+// writes, directories opened once and used through *at() calls without following symbolic
+// links, and error messages that say what to do.
 #include <sys/uio.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace nvfp4mla::offload::posix {
 
@@ -47,18 +49,25 @@ int write_all(int fd, std::span<const iovec> parts);
 // Reads exactly size bytes at offset; returns 0, an errno, or -1 for end of file first.
 int pread_full(int fd, void* data, size_t size, uint64_t offset);
 
-// fsync of a directory, so a rename or creation inside it is durable. Returns 0 or an errno.
-int fsync_dir(const std::filesystem::path& dir);
+// The Error for an entry of the store that could not be opened (`open_errno`): a symbolic link
+// (never followed), an entry of another type than `expected_type` (S_IFDIR, S_IFREG), or else
+// describe_os_error(what, shown, open_errno).
+[[noreturn]] void throw_unexpected_entry(int dir_fd, const std::string& name, const std::filesystem::path& shown,
+                                         unsigned expected_type, const std::string& what, int open_errno);
 
-// Creates the directory (one level) if missing and fsyncs its parent when it was created.
-// Throws Error on failure.
-void ensure_dir(const std::filesystem::path& dir, bool durable);
+// Opens the directory `name` inside `parent_fd` without following a symbolic link. When absent
+// it is created (create) or an empty UniqueFd is returned (!create); with `durable` a creation
+// is made durable by an fsync of the parent. Anything but a directory is an Error naming `shown`.
+UniqueFd open_dir_at(int parent_fd, const std::string& name, const std::filesystem::path& shown, bool create,
+                     bool durable);
 
-// Writes `bytes` to `path` through a temporary file in the same directory, fsync, rename,
-// directory fsync. Throws Error; leaves no temporary behind.
-void write_file_atomically(const std::filesystem::path& path, std::span<const uint8_t> bytes, bool durable);
+// The names in a directory (without "." and ".."). Throws Error naming `shown`.
+std::vector<std::string> list_dir(int dir_fd, const std::filesystem::path& shown);
 
-// Whole file as a string; throws Error naming the file.
-std::string read_text_file(const std::filesystem::path& path, const char* what);
+// Writes `bytes` to `name` in the directory `dir_fd` (shown as `shown_dir`) through an
+// exclusively created temporary file in the same directory, fsync, rename, directory fsync.
+// Throws Error; leaves no temporary behind.
+void write_file_atomically_at(int dir_fd, const std::string& name, const std::filesystem::path& shown_dir,
+                              std::span<const uint8_t> bytes, bool durable);
 
 }  // namespace nvfp4mla::offload::posix
