@@ -31,6 +31,24 @@ struct FusedSelectArgs {
   bool slot_ids = false;    // write cache slots instead of positions
 };
 
+// Ragged (prefill) form: row r scores keys row_starts[r] .. row_ends[r]-1 of a contiguous key
+// buffer (indexer.h, ragged form); its positions are the row's columns 0 .. length-1 and the
+// result equals indexer_logits_reference(ragged) followed by topk_reference(k), chunk after
+// chunk of `chunk` columns (any positive chunk). No slot transform.
+struct FusedSelectRaggedArgs {
+  IndexerRaggedArgs keys;  // logits null and logits_stride 0
+  int64_t max_length = 0;  // the longest row_ends - row_starts allowed; sizes the work
+  int k = 0;
+};
+
+// Chunk [first, first + chunk) of a row scoring keys [start, end): its keys [*s, *e).
+NVFP4MLA_HD void fused_chunk_range(int64_t start, int64_t end, int64_t first, int64_t chunk, int32_t* s, int32_t* e) {
+  const int64_t len = end - start;
+  const int64_t lo = first < len ? first : len, hi = first + chunk < len ? first + chunk : len;
+  *s = static_cast<int32_t>(start + lo);
+  *e = static_cast<int32_t>(start + hi);
+}
+
 // Up to this many bytes of logits the planner takes the whole context as one chunk.
 inline constexpr int64_t kFusedSelectLogitsBudget = int64_t(64) << 20;
 
@@ -43,7 +61,8 @@ struct FusedSelectPlan {
   TopkPlan chunk_topk, fold_topk;
   // Byte offsets into the workspace.
   size_t logits_offset = 0;         // f32 [rows, logits_stride]
-  size_t chunk_context_offset = 0;  // i32 [requests]: the chunk's context lengths
+  size_t chunk_context_offset = 0;  // i32 [requests]: the chunk's context lengths (ragged: the
+                                    // chunk's ranges, i32 [2, rows])
   size_t counter_offset = 0;        // u64: the indexer's own invalid counter
   size_t chunk_indices_offset = 0;  // i32 [rows, k]
   size_t chunk_values_offset = 0;   // f32 [rows, k]
@@ -73,6 +92,8 @@ NVFP4MLA_HD int64_t fused_chunk_context(int64_t context_len, int64_t first, int6
 // k. A non-zero `chunk` must be a positive multiple of keys.page_size. The top-k plans come from
 // plan_topk for `sm_count` SMs. Throws Error naming the argument for bad shapes, k or chunk.
 FusedSelectPlan plan_fused_select(const FusedSelectArgs& args, int64_t chunk, int sm_count);
+// Ragged: the same rule with max_length for the context and pages of one position.
+FusedSelectPlan plan_fused_select(const FusedSelectRaggedArgs& args, int64_t chunk, int sm_count);
 
 // The pieces both implementations compose (so the CPU and GPU chains are the same chain):
 // chunk c's paged indexer problem (block table shifted to the chunk's first page, context
@@ -83,15 +104,24 @@ IndexerPagedArgs fused_chunk_problem(const FusedSelectArgs& args, const FusedSel
 TopkArgs fused_chunk_topk_args(const FusedSelectArgs& args, const FusedSelectPlan& plan, int64_t c, const float* logits);
 TopkArgs fused_fold_args(const FusedSelectArgs& args, const FusedSelectPlan& plan, const float* candidate_values,
                          const int32_t* candidate_positions);
+// Ragged: chunk c's problem reads the chunk's ranges from chunk_ranges ([starts rows][ends rows]).
+IndexerRaggedArgs fused_chunk_problem(const FusedSelectRaggedArgs& args, const FusedSelectPlan& plan,
+                                      const int32_t* chunk_ranges, float* logits);
+TopkArgs fused_chunk_topk_args(const FusedSelectRaggedArgs& args, const FusedSelectPlan& plan, int64_t c, const float* logits);
+TopkArgs fused_fold_args(const FusedSelectRaggedArgs& args, const FusedSelectPlan& plan, const float* candidate_values,
+                         const int32_t* candidate_positions);
 
 // Checks what every implementation checks on the host (the indexer's argument checks, k,
 // max_context, logits unset, the outputs); throws Error naming the argument.
 void validate_fused_select_args(const FusedSelectArgs& args, const TopkOutputs& out);
+void validate_fused_select_args(const FusedSelectRaggedArgs& args, const TopkOutputs& out);
 
 // CPU reference: the same chunked composition on the host (indexer_logits_reference on each
 // chunk, topk_reference on the chunk and on the fold), for `chunk` as plan_fused_select takes
 // it. Host pointers. Validates everything (context_lens <= max_context, the block table) first
 // and writes nothing when it throws.
 void fused_select_reference(const FusedSelectArgs& args, int64_t chunk, const TopkOutputs& out);
+// Ragged: validates the ranges (inside the keys, lengths <= max_length) first.
+void fused_select_reference(const FusedSelectRaggedArgs& args, int64_t chunk, const TopkOutputs& out);
 
 }  // namespace nvfp4mla

@@ -3,6 +3,7 @@
 //     then cuda::topk) bit for bit, on random data, long contexts and H = 64;
 //   - against the CPU reference (fused_select_reference) bit for bit on small-integer data,
 //     where every logit is exact, for several chunkings, next_n > 1 and slot ids;
+//   - the ragged (prefill) form the same two ways;
 //   - bad metadata counted on the device (every row then selects nothing), and a CUDA-graph
 //     replay giving the same result.
 #include <gtest/gtest.h>
@@ -154,6 +155,61 @@ TEST(FusedSelectGpu, RandomEqualsGpuLogitsThenTopk) {
                    std::to_string(slots));
       EXPECT_EQ(gpu_fused(p, d, c.k, slots, c.chunk), gpu_unfused(p, d, c.k, slots));
     }
+  }
+}
+
+// Ragged form: GPU fused vs GPU logits + top-k (random) and vs the CPU reference (small integers).
+TEST(FusedSelectGpu, RaggedEqualsUnfusedAndCpu) {
+  NVFP4MLA_REQUIRE_GPU();
+  for (Values v : {Values::random, Values::small_integers}) {
+    // The CPU reference (small integers) is kept to a second or so per chunking.
+    const bool exact = v == Values::small_integers;
+    nvfp4mla::testing::RaggedProblem p =
+        nvfp4mla::testing::ragged_problem(64, exact ? 12 : 40, exact ? 20000 : 200000, exact ? 15000 : 150000, 31, v);
+    const FusedSelectRaggedArgs host = nvfp4mla::testing::fused_ragged_args(p, 2048);
+    DeviceBuffer<uint8_t> values(p.key_values), q(p.q);
+    DeviceBuffer<float> scales(p.key_scales), w(p.w), logits(size_t(p.rows) * p.stride);
+    DeviceBuffer<int32_t> starts(p.starts), ends(p.ends);
+    FusedSelectRaggedArgs a = host;
+    a.keys.q = q.get();
+    a.keys.weights = w.get();
+    a.keys.key_values = values.get();
+    a.keys.key_scales = scales.get();
+    a.keys.row_starts = starts.get();
+    a.keys.row_ends = ends.get();
+    // Unfused on the GPU.
+    IndexerRaggedArgs l = a.keys;
+    l.logits = logits.get();
+    l.logits_stride = p.stride;
+    DeviceBuffer<unsigned long long> invalid(1);
+    cuda::indexer_logits(l, invalid.get(), nullptr);
+    TopkArgs t;
+    t.values = logits.get();
+    t.rows = static_cast<int>(p.rows);
+    t.columns = p.stride;
+    t.stride = p.stride;
+    t.k = 2048;
+    const TopkPlan tplan = plan_topk(t.rows, t.columns, sm_count());
+    DeviceBuffer<uint8_t> tws(topk_workspace_bytes(tplan, t.rows));
+    Outputs unfused(p.rows, 2048);
+    cuda::topk(t, tplan, tws.get(), tws.size(), unfused.outputs(), unfused.errors.get(), nullptr);
+    for (int64_t chunk : {int64_t(0), int64_t(4096), int64_t(50001)}) {
+      const FusedSelectPlan plan = plan_fused_select(a, chunk, sm_count());
+      DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+      ws.fill_bytes(0xFF);
+      Outputs fused(p.rows, 2048);
+      cuda::fused_select(a, plan, ws.get(), plan.workspace_bytes, fused.outputs(), fused.errors.get(), nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(fused.errors.download()[0], 0u);
+      const Selection got = fused.download();
+      EXPECT_EQ(got, unfused.download()) << "chunk " << chunk;
+      if (v == Values::small_integers) {
+        Selection cpu(p.rows, 2048);
+        fused_select_reference(host, chunk, cpu.outputs());
+        EXPECT_EQ(got, cpu) << "chunk " << chunk;
+      }
+    }
+    EXPECT_EQ(invalid.download()[0], 0u);
   }
 }
 

@@ -32,6 +32,24 @@ inline FusedSelectArgs fused_args(PagedProblem& p, int k, bool slot_ids) {
   return a;
 }
 
+// Ragged fused-selection arguments: rows of `p` whose first ranges are forced to the lengths
+// 0, 1, k-1, k, k+1 (starting at key 0), the rest random.
+inline FusedSelectRaggedArgs fused_ragged_args(RaggedProblem& p, int k) {
+  const int64_t edge[] = {0, 1, k - 1, k, k + 1};
+  for (int64_t r = 0; r < 5 && r < p.rows; ++r)
+    if (edge[r] <= std::min(p.stride, p.num_keys)) {
+      p.starts[r] = 0;
+      p.ends[r] = static_cast<int32_t>(edge[r]);
+    }
+  FusedSelectRaggedArgs a;
+  a.keys = p.args();
+  a.keys.logits = nullptr;
+  a.keys.logits_stride = 0;
+  a.max_length = p.stride;
+  a.k = k;
+  return a;
+}
+
 // The slot map fused selection uses with slot_ids (topk.h).
 inline TopkSlotMap fused_slot_map(const PagedProblem& p) {
   return {p.table.data(), p.requests, p.table_stride, p.table_stride, static_cast<int>(p.page_size), p.next_n,

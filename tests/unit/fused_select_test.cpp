@@ -90,6 +90,33 @@ TEST(FusedSelect, TiesAcrossChunksKeepTheSmallestPositions) {
   }
 }
 
+TEST(FusedSelect, RaggedEqualsLogitsThenTopkForEveryChunking) {
+  for (Values v : {Values::small_integers, Values::random}) {
+    nvfp4mla::testing::RaggedProblem p = nvfp4mla::testing::ragged_problem(4, 12, 500, 300, 21, v);
+    const FusedSelectRaggedArgs a = nvfp4mla::testing::fused_ragged_args(p, 8);
+    indexer_logits_reference(p.args());
+    TopkArgs t;
+    t.values = p.out.data();
+    t.rows = static_cast<int>(p.rows);
+    t.columns = p.stride;
+    t.stride = p.stride;
+    t.k = 8;
+    Selection expected(p.rows, 8);
+    topk_reference(t, expected.outputs());
+    for (int64_t chunk : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(64), int64_t(299), int64_t(300)}) {
+      Selection got(p.rows, 8);
+      fused_select_reference(a, chunk, got.outputs());
+      EXPECT_EQ(got, expected) << "chunk " << chunk;
+    }
+    FusedSelectRaggedArgs bad = a;
+    bad.max_length = 2;  // rows are longer
+    Selection s(p.rows, 8);
+    const Selection before = s;
+    EXPECT_THROW(fused_select_reference(bad, 0, s.outputs()), Error);
+    EXPECT_EQ(s, before);
+  }
+}
+
 TEST(FusedSelect, PlannerLayout) {
   PagedProblem p = selection_problem(4, 2, 64, {1000, 3000}, 3000, 1, Values::small_integers);
   FusedSelectArgs a = fused_args(p, 16, false);

@@ -1,6 +1,6 @@
 #pragma once
 // Fused DSA selection on the GPU (CUDA builds only): fused_select.h's semantics, as a chain of
-// kernels on `stream` (a metadata check, then per chunk: chunk context lengths, indexer logits,
+// kernels on `stream` (a metadata check, then per chunk: chunk context lengths or ranges, indexer logits,
 // top-k with values, a copy into the candidate list; then the top-k fold). The result equals
 // cuda::indexer_logits followed by cuda::topk on the same inputs bit for bit (the indexer
 // kernels compute each logit the same way whatever the chunk), and fused_select_reference
@@ -25,6 +25,11 @@
 namespace nvfp4mla::cuda {
 
 void fused_select(const FusedSelectArgs& args, const FusedSelectPlan& plan, void* workspace, size_t workspace_bytes,
+                  const TopkOutputs& out, unsigned long long* invalid_count, cudaStream_t stream,
+                  IndexerMma mma = IndexerMma::automatic);
+// Ragged form (fused_select.h): *invalid_count counts rows whose range is outside the keys or
+// longer than max_length; when it is not zero every row selects nothing.
+void fused_select(const FusedSelectRaggedArgs& args, const FusedSelectPlan& plan, void* workspace, size_t workspace_bytes,
                   const TopkOutputs& out, unsigned long long* invalid_count, cudaStream_t stream,
                   IndexerMma mma = IndexerMma::automatic);
 
