@@ -115,6 +115,10 @@ struct IndexerCase {
   int heads = 64, next_n = 2;
   int64_t page_size = 64;
   int mma = 0;  // cuda::IndexerMma: 0 automatic, 1 wgmma, 2 mma.sync
+  // Decode only: also time fused selection (cuda/fused_select.h, k = fused_k, chunk from the
+  // planner) of the same rows, against the logits alone.
+  bool fused = false;
+  int fused_k = 2048;
 };
 
 struct IndexerResult {
@@ -125,6 +129,8 @@ struct IndexerResult {
   double frac_copy = 0;   // key bytes per second / the copy ceiling's read bytes per second
   bool finite = true;     // no NaN among the logits
   double clock_mhz = 0;
+  double fused_median_us = 0;  // fused logits + top-k (c.fused)
+  int64_t fused_chunk = 0, fused_workspace_bytes = 0;
 };
 
 std::vector<IndexerResult> run_indexer(const std::vector<IndexerCase>& cases, const Ceilings& ceil, const Options& opt);

@@ -197,6 +197,7 @@ void run_topk_bench(const BenchFlags& f) {
 struct IndexerBenchFlags {
   std::vector<int> heads;
   std::string mma = "auto";
+  bool fused = false;
 };
 
 void run_indexer_bench(const BenchFlags& f, const IndexerBenchFlags& x) {
@@ -208,6 +209,11 @@ void run_indexer_bench(const BenchFlags& f, const IndexerBenchFlags& x) {
   // The shapes: prefill 2048 rows x 32,768 keys, paged decode 64 requests x 2 rows x 131,072.
   for (int h : x.heads.empty() ? std::vector<int>{64} : x.heads)
     for (const auto& m : mmas) {
+      if (x.fused) {  // decode shapes, each also as fused selection (k = 2048)
+        cases.push_back({Form::decode, 1, 1048576, h, 1, 64, m.second, true});
+        cases.push_back({Form::decode, 64, 131072, h, 2, 64, m.second, true});
+        continue;
+      }
       cases.push_back({Form::prefill, 2048, 32768, h, 1, 64, m.second});
       cases.push_back({Form::decode, 64, 131072, h, 2, 64, m.second});
     }
@@ -226,11 +232,18 @@ void run_indexer_bench(const BenchFlags& f, const IndexerBenchFlags& x) {
     std::printf("%-8s %-9s %6lld %8lld %6d %6d %10.1f %9.1f %8.2f %6.1f%% %5.0f%s\n", dec ? "decode" : "prefill", mma,
                 static_cast<long long>(r.c.rows), static_cast<long long>(r.c.keys), dec ? r.c.next_n : 1, r.c.heads,
                 r.median_us, r.tflops, r.key_tbps, 100 * r.frac_copy, r.clock_mhz, r.finite ? "" : "  NaN IN OUTPUT");
+    if (r.c.fused)
+      std::printf("  fused logits + top-k (k = %d, chunk %lld, workspace %lld bytes): %.1f us, %.2fx the logits alone\n",
+                  r.c.fused_k, static_cast<long long>(r.fused_chunk), static_cast<long long>(r.fused_workspace_bytes),
+                  r.fused_median_us, r.fused_median_us / r.median_us);
     j["indexer"].push_back({{"form", dec ? "decode" : "prefill"}, {"mma", mma}, {"rows", r.c.rows}, {"keys", r.c.keys},
                             {"next_n", dec ? r.c.next_n : 1}, {"heads", r.c.heads}, {"page_size", r.c.page_size},
                             {"median_us", r.median_us}, {"min_us", r.min_us}, {"tflops", r.tflops},
                             {"key_tbps", r.key_tbps}, {"frac_copy", r.frac_copy}, {"finite", r.finite},
                             {"clock_mhz", r.clock_mhz}});
+    if (r.c.fused)
+      j["indexer"].back().update({{"fused_k", r.c.fused_k}, {"fused_chunk", r.fused_chunk},
+                                  {"fused_workspace_bytes", r.fused_workspace_bytes}, {"fused_median_us", r.fused_median_us}});
   }
   write_json(f.json_path, j);
 }
@@ -281,6 +294,8 @@ void add_bench_command(CLI::App& app) {
   idx->add_option("--heads", ix->heads, "index heads per row (default 64)")->check(CLI::Range(1, 64));
   idx->add_option("--mma", ix->mma, "tensor-core path: auto, wgmma, mma.sync or all")
       ->check(CLI::IsMember({"auto", "wgmma", "mma.sync", "all"}));
+  idx->add_flag("--fused", ix->fused,
+                "decode shapes 1 x 1,048,576 and 64 x 2 x 131,072, each also as fused selection (logits + top-k, k = 2048)");
   idx->callback([f, ix] { run_indexer_bench(*f, *ix); });
   auto* plot = bench_cmd->add_subcommand("plot", "PNG figures of bench --json files: decode/extend times, writer bandwidth");
   auto plot_files = std::make_shared<std::vector<std::string>>();

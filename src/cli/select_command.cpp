@@ -1,5 +1,7 @@
 // nvfp4mla select: exact top-k of logits rows (topk.h), on the CPU reference or the GPU kernels,
 // optionally mapped to cache slots through a block table, with tensors in safetensors files.
+// Second form: the rows' indexer logits (indexer.h, ragged form over per-token records, row r
+// scoring positions 0..lengths[r]-1) computed first, then the same top-k.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -9,12 +11,15 @@
 #include "device_bytes.h"
 #include "nvfp4mla/device.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/index_key.h"
+#include "nvfp4mla/indexer.h"
 #include "nvfp4mla/safetensors.h"
 #include "nvfp4mla/topk.h"
 
 #if defined(NVFP4MLA_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
+#include "nvfp4mla/cuda/indexer.h"
 #include "nvfp4mla/cuda/topk.h"
 #endif
 
@@ -27,6 +32,7 @@ struct SelectArgs {
   int page_size = 0;
   int rows_per_request = 1;
   int64_t capacity = int64_t(1) << 31;
+  bool logits_out = false;
 };
 
 #if defined(NVFP4MLA_WITH_CUDA)
@@ -58,6 +64,32 @@ void select_cuda(const TopkArgs& host, const TopkOutputs& out) {
   indices.download(out.indices);
   topk_length.download(out.topk_length);
 }
+
+// The ragged logits on the GPU into the host buffer a.logits (the top-k then runs as in the
+// first form, so both forms share one top-k path).
+void logits_cuda(const IndexerRaggedArgs& host) {
+  if (cuda_device_count() == 0) throw Error("--device cuda: no CUDA device is visible");
+  const size_t rows = static_cast<size_t>(host.rows);
+  DeviceBytes q(host.q, rows * host.heads * index_key::kDim), weights(host.weights, rows * host.heads * 4),
+      records(host.key_values, static_cast<size_t>(host.num_keys) * index_key::kRecordBytes),
+      starts(host.row_starts, rows * 4), ends(host.row_ends, rows * 4), logits(rows * host.logits_stride * 4), invalid(8);
+  IndexerRaggedArgs a = host;
+  a.q = q.as<uint8_t>();
+  a.weights = weights.as<float>();
+  a.key_values = records.as<uint8_t>();
+  a.key_scales = reinterpret_cast<const float*>(records.as<uint8_t>() + index_key::kScaleOffset);
+  a.row_starts = starts.as<int32_t>();
+  a.row_ends = ends.as<int32_t>();
+  a.logits = logits.as<float>();
+  cuda::indexer_logits(a, invalid.as<unsigned long long>(), nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess)
+    throw Error(std::string("indexer logits kernel failed: ") + cudaGetErrorString(cudaGetLastError()));
+  unsigned long long bad = 0;
+  invalid.download(&bad);
+  // The host checked the lengths first, so this only reports a disagreement.
+  if (bad) throw Error("--device cuda: the logits kernel counted " + std::to_string(bad) + " invalid rows");
+  logits.download(host.logits);
+}
 #endif
 
 // Every page a row's context touches must map inside the cache, so that the CPU and GPU paths
@@ -78,13 +110,65 @@ void check_block_table(const SelectArgs& args, const TopkArgs& a) {
   }
 }
 
+// The second form's logits: F32 [rows, N] for N records, -inf past each row's length.
+Tensor indexer_logits_of(const SelectArgs& args, const TensorMap& in, const Tensor*& lengths) {
+  const Tensor& q = require_tensor(in, "q", args.input, {DType::U8}, {kAnyExtent, kAnyExtent, index_key::kDim});
+  const int64_t rows = q.shape[0], heads = q.shape[1];
+  if (heads < 1 || heads > kIndexerMaxHeads)
+    throw Error(args.input + ": q " + q.shape_string() + " has " + std::to_string(heads) + " heads (1.." +
+                std::to_string(kIndexerMaxHeads) + ")");
+  const Tensor& weights = require_tensor(in, "weights", args.input, {DType::F32}, {rows, heads});
+  const Tensor& records = require_tensor(in, "records", args.input, {DType::U8}, {kAnyExtent, index_key::kRecordBytes});
+  const int64_t n = records.shape[0];
+  if (rows > INT32_MAX || n > INT32_MAX) throw Error(args.input + ": q or records is too large");
+  if (!in.count("lengths")) throw Error(args.input + ": 'lengths' I32 [rows] is required with 'q' (keys each row scores)");
+  lengths = &require_tensor(in, "lengths", args.input, {DType::I32}, {rows});
+  std::vector<int32_t> starts(rows, 0), ends(lengths->as<int32_t>(), lengths->as<int32_t>() + rows);
+  for (int64_t r = 0; r < rows; ++r)
+    if (ends[r] < 0 || ends[r] > n)
+      throw Error(args.input + ": lengths[" + std::to_string(r) + "] = " + std::to_string(ends[r]) + " is outside 0.." +
+                  std::to_string(n) + " (the records)");
+  Tensor logits = Tensor::zeros(DType::F32, {rows, n});
+  IndexerRaggedArgs a;
+  a.q = q.as<uint8_t>();
+  a.weights = weights.as<float>();
+  a.rows = rows;
+  a.heads = static_cast<int>(heads);
+  a.key_values = records.as<uint8_t>();
+  a.key_value_stride = index_key::kRecordBytes;
+  a.key_scales = reinterpret_cast<const float*>(records.as<uint8_t>() + index_key::kScaleOffset);
+  a.key_scale_stride = index_key::kRecordBytes / 4;
+  a.num_keys = n;
+  a.row_starts = starts.data();
+  a.row_ends = ends.data();
+  a.logits = logits.as<float>();
+  a.logits_stride = n;
+  validate_indexer_args(a);
+  if (args.device == "cuda") {
+#if defined(NVFP4MLA_WITH_CUDA)
+    logits_cuda(a);
+#else
+    throw Error("--device cuda: this nvfp4mla was built without CUDA");
+#endif
+  } else {
+    indexer_logits_reference(a);
+  }
+  return logits;
+}
+
 void run_select(const SelectArgs& args) {
   const TensorMap in = read_safetensors(args.input);
-  const Tensor& logits = require_tensor(in, "logits", args.input, {DType::F32}, {kAnyExtent, kAnyExtent});
+  const bool scores = !in.count("logits") && in.count("q");
+  if (args.logits_out && !scores) throw Error("--logits-out needs the second input form ('q', 'weights', 'records', 'lengths')");
+  Tensor computed;
+  const Tensor* lengths = nullptr;
+  if (scores) computed = indexer_logits_of(args, in, lengths);
+  const Tensor& logits =
+      scores ? computed : require_tensor(in, "logits", args.input, {DType::F32}, {kAnyExtent, kAnyExtent});
   const int64_t rows = logits.shape[0], columns = logits.shape[1];
   if (rows > INT32_MAX || columns > INT32_MAX) throw Error(args.input + ": logits " + logits.shape_string() + " is too large");
-  const Tensor* lengths = in.count("lengths") ? &require_tensor(in, "lengths", args.input, {DType::I32}, {rows}) : nullptr;
-  if (lengths)
+  if (!scores && in.count("lengths")) lengths = &require_tensor(in, "lengths", args.input, {DType::I32}, {rows});
+  if (lengths && !scores)
     for (int64_t r = 0; r < rows; ++r)
       if (lengths->as<int32_t>()[r] < 0 || lengths->as<int32_t>()[r] > columns)
         throw Error(args.input + ": lengths[" + std::to_string(r) + "] = " + std::to_string(lengths->as<int32_t>()[r]) +
@@ -116,17 +200,21 @@ void run_select(const SelectArgs& args) {
   } else {
     topk_reference(a, out);
   }
-  write_safetensors(args.output, {{"indices", std::move(indices)}, {"topk_length", std::move(topk_length)}},
-                    {{"nvfp4mla.k", std::to_string(args.k)}});
+  TensorMap result{{"indices", std::move(indices)}, {"topk_length", std::move(topk_length)}};
+  if (args.logits_out) result.emplace("logits", std::move(computed));
+  write_safetensors(args.output, result, {{"nvfp4mla.k", std::to_string(args.k)}});
 }
 
 }  // namespace
 
 void add_select_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("select", "Exact top-k of logits rows (CPU reference or GPU kernels), optionally as cache slots");
+  auto* cmd = app.add_subcommand(
+      "select", "Exact top-k of logits rows, or of indexer logits it computes (CPU reference or GPU kernels), optionally as cache slots");
   auto args = std::make_shared<SelectArgs>();
   cmd->add_option("--input", args->input,
-                  "safetensors with F32 'logits' [rows, L], optional I32 'lengths' [rows] and I32 'block_table' [requests, pages]")
+                  "safetensors with F32 'logits' [rows, L] and optional I32 'lengths' [rows], or U8 'q' [rows, H, 128] (E4M3), "
+                  "F32 'weights' [rows, H], U8 'records' [N, 132] and I32 'lengths' [rows] (row r scores positions "
+                  "0..lengths[r]-1); optional I32 'block_table' [requests, pages]")
       ->required();
   cmd->add_option("--output", args->output,
                   "safetensors to write: I32 'indices' [rows, K] (ascending position, -1 padded; slots with a block_table) and "
@@ -139,6 +227,7 @@ void add_select_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--capacity", args->capacity, "cache slots the block_table may point into (default 2^31, the int32 limit)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 31));
+  cmd->add_flag("--logits-out", args->logits_out, "also write the computed F32 'logits' [rows, N] (second input form)");
   cmd->callback([args] { run_select(*args); });
 }
 

@@ -9,6 +9,7 @@
 
 #include "device/cuda_check.h"
 #include "nvfp4mla/bench.h"
+#include "nvfp4mla/cuda/fused_select.h"
 #include "nvfp4mla/cuda/indexer.h"
 #include "nvfp4mla/device.h"
 #include "nvfp4mla/error.h"
@@ -98,7 +99,8 @@ IndexerResult run_case(const IndexerCase& c, const Ceilings& ceil, const Options
   fill_e4m3<<<kFillBlocks, kFillThreads>>>(q.p, rows * c.heads * index_key::kDim, 1);
   fill_weights<<<kFillBlocks, kFillThreads>>>(w.p, rows * c.heads, 2);
   const auto mma = static_cast<cuda::IndexerMma>(c.mma);
-  double sum_lengths = 0, key_bytes = 0;
+  double sum_lengths = 0, key_bytes = 0, fused_us = 0;
+  int64_t fused_chunk = 0, fused_bytes = 0;
   Timing t;
   if (!decode) {
     Dev<uint8_t> values(size_t(c.keys) * index_key::kDim);
@@ -147,6 +149,32 @@ IndexerResult run_case(const IndexerCase& c, const Ceilings& ceil, const Options
     a.logits = logits.p;
     a.logits_stride = c.keys;
     t = time_launches([&] { cuda::indexer_logits(a, invalid.p, nullptr, mma); }, opt);
+    if (c.fused) {
+      FusedSelectArgs fa;
+      fa.keys = a;
+      fa.keys.logits = nullptr;
+      fa.keys.logits_stride = 0;
+      fa.max_context = c.keys;
+      fa.k = c.fused_k;
+      int dev = 0, sms = 0;
+      check(cudaGetDevice(&dev), "cudaGetDevice");
+      check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count");
+      const FusedSelectPlan plan = plan_fused_select(fa, 0, sms);
+      Dev<uint8_t> ws(plan.workspace_bytes);
+      Dev<int32_t> indices(size_t(rows) * c.fused_k), lengths(rows);
+      Dev<unsigned long long> fused_invalid(1);
+      const Timing ft = time_launches(
+          [&] {
+            cuda::fused_select(fa, plan, ws.p, plan.workspace_bytes, {indices.p, lengths.p, nullptr}, fused_invalid.p, nullptr, mma);
+          },
+          opt);
+      unsigned long long fbad = 0;
+      check(cudaMemcpy(&fbad, fused_invalid.p, sizeof fbad, cudaMemcpyDeviceToHost), "copy back");
+      if (fbad != 0) throw Error("bench indexer: fused selection reported invalid metadata");
+      fused_us = ft.median_us;
+      fused_chunk = plan.chunk;
+      fused_bytes = static_cast<int64_t>(plan.workspace_bytes);
+    }
     for (int i = 0; i < c.next_n; ++i) sum_lengths += double(c.rows) * double(paged_row_length(c.keys, c.next_n, i));
     key_bytes = double(c.rows) * double(c.keys) * index_key::kRecordBytes;
   }
@@ -162,6 +190,9 @@ IndexerResult run_case(const IndexerCase& c, const Ceilings& ceil, const Options
   r.key_tbps = key_bytes / (t.median_us * 1e-6) / 1e12;
   r.frac_copy = ceil.copy_gbps > 0 ? r.key_tbps * 1e3 / (ceil.copy_gbps / 2) : 0;  // the copy's read half
   r.finite = no_nan(logits.p, rows * c.keys);
+  r.fused_median_us = fused_us;
+  r.fused_chunk = fused_chunk;
+  r.fused_workspace_bytes = fused_bytes;
   return r;
 }
 
