@@ -174,6 +174,11 @@ TEST(Safetensors, RejectsShapeSizeMismatch) {
   expect_rejected(dir, raw_file("{" + entry("x", "U8", "[true]", 0, 1) + "}", "a"), "non-negative integer");
   // Extents whose product overflows 64 bits.
   expect_rejected(dir, raw_file("{" + entry("x", "I64", "[4294967296, 4294967296]", 0, 0) + "}", ""), "too large");
+  // Found by fuzzing: an empty tensor whose other extents multiply past int64 (numel() overflowed).
+  expect_rejected(dir, raw_file("{" + entry("x", "U8", "[3037000500, 3037000500, 0]", 0, 0) + "}", ""), "too large");
+  expect_rejected(dir, raw_file("{" + entry("x", "U8", "[0, 9223372036854775807, 2]", 0, 0) + "}", ""), "too large");
+  EXPECT_THROW(Tensor::zeros(DType::U8, {3037000500, 3037000500, 0}), Error);
+  EXPECT_EQ(Tensor::zeros(DType::U8, {0, 9223372036854775807}).numel(), 0);
 }
 
 TEST(Safetensors, RejectsOffsetsOutOfRange) {

@@ -50,13 +50,20 @@ std::string supported_dtypes() {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Product of the extents times the element size, or false on overflow.
+// Product of the extents times the element size, or false for a negative extent or on overflow.
+// The nonzero extents must multiply within int64 even when a zero extent empties the tensor:
+// otherwise Tensor::numel() overflows on the way to 0 (a fuzzed [3037000500, 3037000500, 0]).
 bool byte_count(const std::vector<int64_t>& shape, size_t elem_size, uint64_t& out) {
-  uint64_t n = elem_size;
+  int64_t nonzero = 1;
+  bool empty = false;
   for (int64_t e : shape) {
-    if (e < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(e), &n)) return false;
+    if (e < 0) return false;
+    if (e == 0) empty = true;
+    else if (__builtin_mul_overflow(nonzero, e, &nonzero)) return false;
   }
-  out = n;
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(nonzero), static_cast<uint64_t>(elem_size), &bytes)) return false;
+  out = empty ? 0 : bytes;
   return true;
 }
 
