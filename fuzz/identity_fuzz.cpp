@@ -1,12 +1,10 @@
 // Fuzzes the parsers of identity strings: record identities (store --identity, manifests;
 // record_bytes_of_identity), block keys in hex (store --key, block file names; key_from_hex),
 // and the format names of the flags and environment (parse_cache_dtype, parse_rope,
-// parse_scale_mode). Properties: an accepted record identity names a valid record width and
-// a namespace can be built on it; an accepted key is 1..kMaxKeyBytes bytes and prints back as the
-// lowercase input; an accepted format name prints back to a name that parses to the same value.
-//
-// Built with -DNVFP4MLA_FUZZ_STRICT_IDENTITY=1 the target also requires that an accepted record
-// identity is one that FormatConfig::identity() can produce (issue 20, item 8).
+// parse_scale_mode). Properties: an accepted record identity is one FormatConfig::identity()
+// writes, names a valid record width and a namespace can be built on it; an accepted key is
+// 1..kMaxKeyBytes bytes and prints back as the lowercase input; an accepted format name prints
+// back to a name that parses to the same value.
 #include <algorithm>
 #include <cctype>
 #include <fstream>
@@ -59,7 +57,7 @@ const NativeIdentities& native_identities() {
   return ids;
 }
 
-[[maybe_unused]] bool is_native_identity(const std::string& s) {
+bool is_native_identity(const std::string& s) {
   const NativeIdentities& ids = native_identities();
   if (ids.exact.count(s)) return true;
   for (const std::string& prefix : ids.static_prefixes) {
@@ -76,9 +74,7 @@ void check_record_identity(const std::string& s) {
   fuzz::require(bytes == kSpecNvfp4Fp8Rope.record_bytes() || bytes == kSpecNvfp4Bf16Rope.record_bytes() ||
                     bytes == kSpecFp8.record_bytes() || bytes == kSpecBf16.record_bytes(),
                 "an accepted identity names an unknown record width");
-#if NVFP4MLA_FUZZ_STRICT_IDENTITY
   fuzz::require(is_native_identity(s), "accepted a record identity the library never writes: '" + s + "'");
-#endif
   NamespaceParams p;
   p.record_identity = s;
   p.record_bytes = bytes;
