@@ -168,6 +168,12 @@ TEST(Safetensors, RejectsDeepNestingAndQuotesValuesBriefly) {
   expect_rejected(dir, raw_file("{" + entry("x", "U8", "[[1]]", 0, 1) + "}", "a"), "nests deeper");
   expect_rejected(dir, raw_file("{\"__metadata__\": {\"k\": " + nested + "}}", ""), "nests deeper");
   expect_rejected(dir, raw_file("{\"__metadata__\": {\"k\": {\"deeper\": 1}}}", ""), "must be a string");
+  // Brackets inside strings (escaped quotes included) are text, not nesting.
+  const auto text = dir.write("brackets.safetensors",
+                              raw_file("{\"__metadata__\": {\"k\": \"[[[{{{\\\"[[\"}, " + entry("[[[[x", "U8", "[1]", 0, 1) + "}", "a"));
+  MetadataMap metadata;
+  EXPECT_EQ(read_safetensors(text, &metadata).count("[[[[x"), 1u);
+  EXPECT_EQ(metadata.at("k"), "[[[{{{\"[[");
 
   const std::string long_name(1 << 20, 'D');
   const auto p = dir.write("long.safetensors", raw_file("{" + entry("x", long_name, "[1]", 0, 1) + "}", "a"));

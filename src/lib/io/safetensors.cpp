@@ -60,6 +60,29 @@ std::string excerpt(const std::string& s) {
   return s.size() <= kMaxQuotedChars ? s : s.substr(0, kMaxQuotedChars) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
+// Refuses a header that nests deeper than a header can, before it is parsed: the parser spends
+// memory on every level, and an error message printing a deeply nested value recursed once per
+// level (a stack overflow ~100000 levels down). Brackets inside strings do not count.
+void check_nesting(const std::string& text, const std::filesystem::path& path) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxHeaderDepth)
+        fail(path, "safetensors header nests deeper than a header can (" + std::to_string(kMaxHeaderDepth) +
+                       " levels: the header, a tensor's description, its shape and data_offsets)");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 // Product of the extents times the element size, or false for a negative extent or on overflow.
 // The nonzero extents must multiply within int64 even when a zero extent empties the tensor:
 // otherwise Tensor::numel() overflows on the way to 0 (a fuzzed [3037000500, 3037000500, 0]).
@@ -100,17 +123,11 @@ void read_exact(std::FILE* f, const std::filesystem::path& path, uint64_t offset
 }
 
 // Parses the header, rejecting duplicate keys in any object (nlohmann keeps the last one
-// silently, which would hide a corrupt or hand-edited header) and nesting deeper than a header
-// has: a deeply nested value would cost memory per level and overflow the stack when an error
-// message printed it.
+// silently, which would hide a corrupt or hand-edited header).
 json parse_header(const std::string& text, const std::filesystem::path& path) {
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  auto reject_duplicates = [&](int depth, json::parse_event_t event, json& parsed) {
-    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
-    if (opens && depth >= kMaxHeaderDepth)
-      fail(path, "safetensors header nests deeper than a header can (" + std::to_string(kMaxHeaderDepth) +
-                     " levels: the header, a tensor's description, its shape and data_offsets)");
+  auto reject_duplicates = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) {
       open_objects.emplace_back();
     } else if (event == json::parse_event_t::object_end) {
@@ -127,7 +144,7 @@ json parse_header(const std::string& text, const std::filesystem::path& path) {
   } catch (const json::exception& e) {
     fail(path, std::string("safetensors header is not valid JSON (") + e.what() + ")");
   }
-  if (!duplicate.empty()) fail(path, "safetensors header repeats the key '" + excerpt(duplicate) + "'");
+  if (!duplicate.empty()) fail(path, "safetensors header repeats the key '" + duplicate + "'");
   if (!header.is_object()) fail(path, "safetensors header must be a JSON object");
   return header;
 }
@@ -281,6 +298,7 @@ TensorMap read_safetensors(const std::filesystem::path& path, MetadataMap* metad
   std::string header_text(header_len, '\0');
   read_exact(f.get(), path, kHeaderLengthBytes, header_text.data(), header_len, "header");
 
+  check_nesting(header_text, path);
   const json header = parse_header(header_text, path);
   std::vector<Entry> entries;
   for (const auto& [name, desc] : header.items()) {
