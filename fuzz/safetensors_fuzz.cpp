@@ -1,12 +1,16 @@
-// Fuzzes read_safetensors (every CLI input file goes through it) and the record decoder on the
-// bytes of an accepted "records" tensor. Properties: an accepted file's tensors hold exactly
-// shape x dtype bytes, convert to fp32 where they are floating point, and survive
-// write_safetensors -> read_safetensors unchanged, metadata included.
+// Fuzzes read_safetensors (every CLI input file goes through it), and on an accepted file the
+// readers above it: the record decoder on a "records" tensor, the layers.<i>.<kind> name parser
+// and the activation dump reader (`eval --dump`, `calibrate`). Properties: an accepted file's
+// tensors hold exactly shape x dtype bytes, convert to fp32 where they are floating point, and
+// survive write_safetensors -> read_safetensors unchanged, metadata included; an accepted dump
+// has the same token count in every layer, split into calibration and evaluation halves.
 #include <algorithm>
 #include <vector>
 
 #include "fuzz_support.h"
+#include "nvfp4mla/eval/dump.h"
 #include "nvfp4mla/format.h"
+#include "nvfp4mla/layer_tensors.h"
 #include "nvfp4mla/record.h"
 #include "nvfp4mla/safetensors.h"
 
@@ -58,6 +62,19 @@ void decode_records(const Tensor& t) {
   }
 }
 
+void read_as_dump(const TensorMap& tensors, const std::filesystem::path& path) {
+  for (const char* kind : {"kv_c", "k_pe", "q"}) (void)fuzz::accepts([&] { (void)layer_tensor_names(tensors, kind, "fuzz"); });
+  eval::DumpWorkload dump;
+  if (!fuzz::accepts([&] { dump = eval::read_dump(path); })) return;
+  fuzz::require(dump.num_layers() > 0 && dump.tokens >= 2, "accepted a dump without layers or tokens");
+  for (const eval::DumpLayer& l : dump.layers) {
+    fuzz::require(l.calibration.count + l.evaluation.count == dump.tokens, "a layer's halves do not add up");
+    fuzz::require(l.channel_rms.size() == static_cast<size_t>(kLatentDim), "channel RMS of the wrong size");
+    fuzz::require(dump.has_queries == !l.q.empty(), "queries in some layers only");
+  }
+  (void)dump.describe();
+}
+
 bool same(const TensorMap& a, const TensorMap& b) {
   if (a.size() != b.size()) return false;
   for (const auto& [name, t] : a) {
@@ -79,6 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   for (const auto& [name, t] : tensors) check_tensor(name, t);
   if (const auto it = tensors.find("records"); it != tensors.end()) decode_records(it->second);
+  read_as_dump(tensors, file.path());
 
   const auto copy = fuzz::scratch_dir() / "round-trip.safetensors";
   write_safetensors(copy, tensors, metadata);
