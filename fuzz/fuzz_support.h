@@ -2,9 +2,11 @@
 // Shared by the fuzz targets. The contract every target checks: a parser given any bytes either
 // accepts them or throws nvfp4mla::Error. Any other exception, a sanitizer report, a hang, an
 // unbounded allocation or a broken round-trip property is a finding (the target aborts).
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -65,20 +67,27 @@ class MemoryFile {
   int fd_;
 };
 
-// A private scratch folder for targets that must write real files (removed at exit).
+// A private scratch folder for targets that must write real files, named after the process.
+// libFuzzer ends its processes with _Exit, which skips exit handlers, so each new process removes
+// the folders of processes that are gone instead: one folder outlives a session.
 inline const std::filesystem::path& scratch_dir() {
   static const std::filesystem::path dir = [] {
     // Memory-backed when available: targets that write files fsync them.
     std::error_code ec;
     const std::filesystem::path base =
         std::filesystem::is_directory("/dev/shm", ec) ? "/dev/shm" : std::filesystem::temp_directory_path();
-    std::string tmpl = (base / "nvfp4mla-fuzz-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) fail("mkdtemp failed");
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(scratch_dir(), ec);
-    });
-    return std::filesystem::path(tmpl);
+    const std::string prefix = "nvfp4mla-fuzz-";
+    for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with(prefix)) continue;
+      const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+      std::error_code rm;
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove_all(entry.path(), rm);
+    }
+    const std::filesystem::path mine = base / (prefix + std::to_string(::getpid()));
+    std::filesystem::remove_all(mine, ec);
+    if (!std::filesystem::create_directory(mine, ec)) fail("cannot create " + mine.string() + ": " + ec.message());
+    return mine;
   }();
   return dir;
 }
