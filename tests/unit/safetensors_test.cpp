@@ -157,6 +157,37 @@ TEST(Safetensors, RejectsBadJson) {
   expect_rejected(dir, raw_file("{\"__metadata__\": [\"k\"]}", ""), "__metadata__ must be a JSON object");
 }
 
+// Found by fuzzing: printing a deeply nested value in an error message overflowed the stack,
+// and parsing one cost memory per level; values quoted from the file are cut short.
+TEST(Safetensors, RejectsDeepNestingAndQuotesValuesBriefly) {
+  TempDir dir;
+  const size_t depth = 200000;
+  const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  expect_rejected(dir, raw_file("{\"x\": {\"dtype\": " + nested + ", \"shape\": [1], \"data_offsets\": [0, 1]}}", "a"),
+                  "nests deeper");
+  expect_rejected(dir, raw_file("{" + entry("x", "U8", "[[1]]", 0, 1) + "}", "a"), "nests deeper");
+  expect_rejected(dir, raw_file("{\"__metadata__\": {\"k\": " + nested + "}}", ""), "nests deeper");
+  expect_rejected(dir, raw_file("{\"__metadata__\": {\"k\": {\"deeper\": 1}}}", ""), "must be a string");
+  // Brackets inside strings (escaped quotes included) are text, not nesting.
+  const auto text = dir.write("brackets.safetensors",
+                              raw_file("{\"__metadata__\": {\"k\": \"[[[{{{\\\"[[\"}, " + entry("[[[[x", "U8", "[1]", 0, 1) + "}", "a"));
+  MetadataMap metadata;
+  EXPECT_EQ(read_safetensors(text, &metadata).count("[[[[x"), 1u);
+  EXPECT_EQ(metadata.at("k"), "[[[{{{\"[[");
+
+  const std::string long_name(1 << 20, 'D');
+  const auto p = dir.write("long.safetensors", raw_file("{" + entry("x", long_name, "[1]", 0, 1) + "}", "a"));
+  try {
+    (void)read_safetensors(p);
+    FAIL() << "accepted an unknown dtype";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+    EXPECT_NE(msg.find("unsupported dtype 'DDDD"), std::string::npos) << msg.substr(0, 400);
+    EXPECT_NE(msg.find("(1048576 bytes)"), std::string::npos) << msg.substr(0, 400);
+  }
+}
+
 TEST(Safetensors, RejectsUnknownDtype) {
   TempDir dir;
   expect_rejected(dir, raw_file("{" + entry("x", "F64", "[1]", 0, 8) + "}", std::string(8, '\0')),
@@ -174,6 +205,11 @@ TEST(Safetensors, RejectsShapeSizeMismatch) {
   expect_rejected(dir, raw_file("{" + entry("x", "U8", "[true]", 0, 1) + "}", "a"), "non-negative integer");
   // Extents whose product overflows 64 bits.
   expect_rejected(dir, raw_file("{" + entry("x", "I64", "[4294967296, 4294967296]", 0, 0) + "}", ""), "too large");
+  // Found by fuzzing: an empty tensor whose other extents multiply past int64 (numel() overflowed).
+  expect_rejected(dir, raw_file("{" + entry("x", "U8", "[3037000500, 3037000500, 0]", 0, 0) + "}", ""), "too large");
+  expect_rejected(dir, raw_file("{" + entry("x", "U8", "[0, 9223372036854775807, 2]", 0, 0) + "}", ""), "too large");
+  EXPECT_THROW(Tensor::zeros(DType::U8, {3037000500, 3037000500, 0}), Error);
+  EXPECT_EQ(Tensor::zeros(DType::U8, {0, 9223372036854775807}).numel(), 0);
 }
 
 TEST(Safetensors, RejectsOffsetsOutOfRange) {

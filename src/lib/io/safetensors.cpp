@@ -27,6 +27,11 @@ constexpr uint64_t kHeaderLengthBytes = 8;
 // Anything larger is a corrupt length field, not a header.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr const char* kMetadataKey = "__metadata__";
+// Containers nest at most 3 deep: the header object, a tensor description (or the metadata
+// object), and a tensor's shape and data_offsets arrays.
+constexpr int kMaxHeaderDepth = 3;
+// Values quoted from the file in error messages are cut to this many characters.
+constexpr size_t kMaxQuotedChars = 64;
 
 struct DTypeName {
   DType dtype;
@@ -50,13 +55,48 @@ std::string supported_dtypes() {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Product of the extents times the element size, or false on overflow.
-bool byte_count(const std::vector<int64_t>& shape, size_t elem_size, uint64_t& out) {
-  uint64_t n = elem_size;
-  for (int64_t e : shape) {
-    if (e < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(e), &n)) return false;
+// A string from the file as an error message shows it: cut short when long.
+std::string excerpt(const std::string& s) {
+  return s.size() <= kMaxQuotedChars ? s : s.substr(0, kMaxQuotedChars) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+// Refuses a header that nests deeper than a header can, before it is parsed: the parser spends
+// memory on every level, and an error message printing a deeply nested value recursed once per
+// level (a stack overflow ~100000 levels down). Brackets inside strings do not count.
+void check_nesting(const std::string& text, const std::filesystem::path& path) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxHeaderDepth)
+        fail(path, "safetensors header nests deeper than a header can (" + std::to_string(kMaxHeaderDepth) +
+                       " levels: the header, a tensor's description, its shape and data_offsets)");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
   }
-  out = n;
+}
+
+// Product of the extents times the element size, or false for a negative extent or on overflow.
+// The nonzero extents must multiply within int64 even when a zero extent empties the tensor:
+// otherwise Tensor::numel() overflows on the way to 0 (a fuzzed [3037000500, 3037000500, 0]).
+bool byte_count(const std::vector<int64_t>& shape, size_t elem_size, uint64_t& out) {
+  int64_t nonzero = 1;
+  bool empty = false;
+  for (int64_t e : shape) {
+    if (e < 0) return false;
+    if (e == 0) empty = true;
+    else if (__builtin_mul_overflow(nonzero, e, &nonzero)) return false;
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(nonzero), static_cast<uint64_t>(elem_size), &bytes)) return false;
+  out = empty ? 0 : bytes;
   return true;
 }
 
@@ -96,36 +136,36 @@ struct Entry {
 };
 
 uint64_t json_unsigned(const json& v, const std::filesystem::path& path, const std::string& what) {
-  if (!v.is_number_unsigned()) fail(path, what + " must be a non-negative integer, got " + v.dump());
+  if (!v.is_number_unsigned()) fail(path, what + " must be a non-negative integer, got " + excerpt(v.dump()));
   return v.get<uint64_t>();
 }
 
 Entry parse_entry(const std::string& name, const json& desc, const std::filesystem::path& path) {
-  const std::string where = "tensor '" + name + "'";
+  const std::string where = "tensor '" + excerpt(name) + "'";
   if (name.empty()) fail(path, "safetensors header has a tensor with an empty name");
   if (!desc.is_object()) fail(path, where + ": description must be a JSON object");
   for (const auto& [key, value] : desc.items()) {
     (void)value;
     if (key != "dtype" && key != "shape" && key != "data_offsets")
-      fail(path, where + ": unexpected field '" + key + "' (expected dtype, shape, data_offsets)");
+      fail(path, where + ": unexpected field '" + excerpt(key) + "' (expected dtype, shape, data_offsets)");
   }
   if (!desc.contains("dtype") || !desc.contains("shape") || !desc.contains("data_offsets"))
     fail(path, where + ": needs the fields dtype, shape and data_offsets");
   Entry e;
   e.name = name;
   const json& dt = desc["dtype"];
-  if (!dt.is_string()) fail(path, where + ": dtype must be a string, got " + dt.dump());
+  if (!dt.is_string()) fail(path, where + ": dtype must be a string, got " + excerpt(dt.dump()));
   const auto& dname = dt.get_ref<const std::string&>();
   const auto* known = std::find_if(std::begin(kDTypes), std::end(kDTypes),
                                    [&](const DTypeName& d) { return dname == d.name; });
   if (known == std::end(kDTypes))
-    fail(path, where + ": unsupported dtype '" + dname + "' (supported: " + supported_dtypes() + ")");
+    fail(path, where + ": unsupported dtype '" + excerpt(dname) + "' (supported: " + supported_dtypes() + ")");
   e.dtype = known->dtype;
   const json& shape = desc["shape"];
   if (!shape.is_array()) fail(path, where + ": shape must be an array of non-negative integers");
   for (const json& d : shape) {
     const uint64_t extent = json_unsigned(d, path, where + ": shape extent");
-    if (extent > static_cast<uint64_t>(INT64_MAX)) fail(path, where + ": shape extent " + d.dump() + " is too large");
+    if (extent > static_cast<uint64_t>(INT64_MAX)) fail(path, where + ": shape extent " + excerpt(d.dump()) + " is too large");
     e.shape.push_back(static_cast<int64_t>(extent));
   }
   const json& offs = desc["data_offsets"];
@@ -137,9 +177,9 @@ Entry parse_entry(const std::string& name, const json& desc, const std::filesyst
                    ") end before they begin");
   uint64_t expected = 0;
   if (!byte_count(e.shape, known->size, expected))
-    fail(path, where + ": shape " + shape_to_string(e.shape, false) + " is too large");
+    fail(path, where + ": shape " + excerpt(shape_to_string(e.shape, false)) + " is too large");
   if (expected != e.end - e.begin)
-    fail(path, where + ": shape " + shape_to_string(e.shape, false) + " of " + dname + " needs " +
+    fail(path, where + ": shape " + excerpt(shape_to_string(e.shape, false)) + " of " + dname + " needs " +
                    std::to_string(expected) + " bytes but data_offsets span " + std::to_string(e.end - e.begin));
   return e;
 }
@@ -147,7 +187,7 @@ Entry parse_entry(const std::string& name, const json& desc, const std::filesyst
 void parse_metadata(const json& meta, const std::filesystem::path& path, MetadataMap* out) {
   if (!meta.is_object()) fail(path, std::string(kMetadataKey) + " must be a JSON object of strings");
   for (const auto& [key, value] : meta.items()) {
-    if (!value.is_string()) fail(path, std::string(kMetadataKey) + " entry '" + key + "' must be a string");
+    if (!value.is_string()) fail(path, std::string(kMetadataKey) + " entry '" + excerpt(key) + "' must be a string");
     if (out) (*out)[key] = value.get<std::string>();
   }
 }
@@ -157,7 +197,7 @@ void parse_metadata(const json& meta, const std::filesystem::path& path, Metadat
 void check_tiling(std::vector<const Entry*> entries, uint64_t data_bytes, const std::filesystem::path& path) {
   for (const Entry* e : entries) {
     if (e->end > data_bytes)
-      fail(path, "tensor '" + e->name + "': data_offsets [" + std::to_string(e->begin) + ", " +
+      fail(path, "tensor '" + excerpt(e->name) + "': data_offsets [" + std::to_string(e->begin) + ", " +
                      std::to_string(e->end) + ") reach past the end of the data section (" +
                      std::to_string(data_bytes) + " bytes; file truncated?)");
   }
@@ -168,11 +208,11 @@ void check_tiling(std::vector<const Entry*> entries, uint64_t data_bytes, const 
   const Entry* prev = nullptr;
   for (const Entry* e : entries) {
     if (e->begin < pos)
-      fail(path, "tensors '" + prev->name + "' and '" + e->name + "' overlap (bytes [" + std::to_string(e->begin) +
+      fail(path, "tensors '" + excerpt(prev->name) + "' and '" + excerpt(e->name) + "' overlap (bytes [" + std::to_string(e->begin) +
                      ", " + std::to_string(pos) + ") of the data section)");
     if (e->begin > pos)
       fail(path, "data section has unused bytes [" + std::to_string(pos) + ", " + std::to_string(e->begin) +
-                     ") before tensor '" + e->name + "'");
+                     ") before tensor '" + excerpt(e->name) + "'");
     pos = e->end;
     prev = e;
   }
@@ -237,6 +277,7 @@ TensorMap read_safetensors(const std::filesystem::path& path, MetadataMap* metad
   std::string header_text(header_len, '\0');
   read_exact(f.get(), path, kHeaderLengthBytes, header_text.data(), header_len, "header");
 
+  check_nesting(header_text, path);
   const json header = parse_header(header_text, path);
   std::vector<Entry> entries;
   for (const auto& [name, desc] : header.items()) {
