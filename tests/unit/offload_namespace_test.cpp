@@ -74,6 +74,11 @@ TEST(OffloadNamespace, ValidateNamesTheBadField) {
   p = small_params();
   p.model_identity.clear();
   expect_error_containing([&] { p.validate(); }, "model identity");
+  // Found by the manifest fuzz target: a non-UTF-8 model identity made the manifest writer throw
+  // nlohmann's type_error (the CLI's "internal error", exit 2) after the lock file was created.
+  p = small_params();
+  p.model_identity = "model-\xff";
+  expect_error_containing([&] { p.validate(); }, "not valid UTF-8");
   p = small_params();
   p.parallel = {.tp_rank = 2, .tp_size = 2};
   expect_error_containing([&] { p.validate(); }, "TP rank 2");

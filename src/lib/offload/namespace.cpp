@@ -182,6 +182,13 @@ void NamespaceParams::validate() const {
   if (model_identity.empty()) throw Error("the model identity must not be empty (e.g. model name and revision)");
   if (model_identity.size() > kMaxModelIdentityChars)
     throw Error("the model identity is longer than " + std::to_string(kMaxModelIdentityChars) + " characters");
+  // The identity goes into manifest.json, and JSON text is UTF-8: reject what the manifest
+  // writer would (a store opened on it would fail mid-way, after creating its lock file).
+  try {
+    (void)nlohmann::json(model_identity).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  } catch (const nlohmann::json::type_error&) {
+    throw Error("the model identity is not valid UTF-8");
+  }
   auto check_rank = [](const char* what, int rank, int size) {
     if (size < 1) throw Error(std::string(what) + " size must be at least 1, got " + std::to_string(size));
     if (rank < 0 || rank >= size)
