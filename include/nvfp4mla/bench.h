@@ -135,13 +135,6 @@ struct IndexerResult {
 
 std::vector<IndexerResult> run_indexer(const std::vector<IndexerCase>& cases, const Ceilings& ceil, const Options& opt);
 
-// Median (and minimum) event time of `launch` timed as every case above: warm-up launches, the L2
-// flushed before each timed one, the SM clock probed after it.
-struct Timing {
-  double median_us = 0, min_us = 0, clock_mhz = 0;
-};
-Timing time_launches(const std::function<void()>& launch, const Options& opt);
-
 // PNG figures (cairo) of the JSON files written by `nvfp4mla bench decode|extend|write --json`,
 // into `dir` (created if missing):
 //   decode_time.png       median microseconds per shape (rows x heads, file order), one series

@@ -53,6 +53,8 @@ NVFP4MLA_C_EXPORT int nvfp4mla_built_with_cuda(void);
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_device_count(void);
 /* The model geometry every format shares: latent (kv_c, also V) and RoPE (k_pe) values per token. */
 NVFP4MLA_C_EXPORT void nvfp4mla_dims(int32_t* latent_dim, int32_t* rope_dim);
+/* Bytes per token of the DSA index key cache (index_key.h: 128 E4M3 values + one fp32 scale). */
+NVFP4MLA_C_EXPORT int32_t nvfp4mla_index_key_record_bytes(void);
 /* SM count of a device (for nvfp4mla_plan_decode). */
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sm_count(int device, int* sm_count);
 

@@ -39,7 +39,7 @@ struct IndexerRaggedArgs {
   int64_t rows = 0;
   int heads = 0;
   const uint8_t* key_values = nullptr;  // num_keys rows of 128 E4M3 bytes
-  int64_t key_value_stride = 128;       // bytes between keys (132 for per-token records)
+  int64_t key_value_stride = index_key::kValueBytes;  // bytes between keys (kRecordBytes for per-token records)
   const float* key_scales = nullptr;    // num_keys fp32 scales
   int64_t key_scale_stride = 1;         // floats between scales (33 for per-token records)
   int64_t num_keys = 0;

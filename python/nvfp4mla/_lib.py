@@ -152,6 +152,7 @@ _SIGNATURES = {
     "nvfp4mla_last_error": (c_char_p, []),
     "nvfp4mla_built_with_cuda": (c_int, []),
     "nvfp4mla_dims": (None, [POINTER(c_int32), POINTER(c_int32)]),
+    "nvfp4mla_index_key_record_bytes": (c_int32, []),
     "nvfp4mla_cuda_device_count": (c_int, []),
     "nvfp4mla_cuda_sm_count": (c_int, [c_int, POINTER(c_int)]),
     "nvfp4mla_config_create": (c_int, [POINTER(FormatOptions), POINTER(P)]),
@@ -235,6 +236,7 @@ def _dims():
 
 # The geometry every record format shares (format.h), and the codes of c_api.h.
 LATENT_DIM, ROPE_DIM = _dims()
+INDEX_KEY_RECORD_BYTES = lib.nvfp4mla_index_key_record_bytes()
 CACHE_DTYPES = ("bf16", "fp8_ds_mla", "nvfp4_ds_mla")
 ROPES = ("bf16", "fp8")
 SCALE_MODES = ("implicit", "static", "dynamic")

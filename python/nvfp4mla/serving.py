@@ -129,7 +129,7 @@ class CapacityPlan:
     max_single_request_tokens: int
 
 
-def plan_capacity(config, layers, memory_gib, reserved_gib=0.0, indexer_bytes_per_token=132, page_size=64):
+def plan_capacity(config, layers, memory_gib, reserved_gib=0.0, indexer_bytes_per_token=_lib.INDEX_KEY_RECORD_BYTES, page_size=64):
     """Tokens of KV cache (records + DSA indexer keys) that fit in a memory budget."""
     dtype, rope, scale = _spec(config)
     request = CapacityRequest(dtype, rope, scale, int(layers), int(indexer_bytes_per_token), int(page_size),

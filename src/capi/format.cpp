@@ -8,6 +8,7 @@
 
 #include "capi_support.h"
 #include "nvfp4mla/device.h"
+#include "nvfp4mla/index_key.h"
 #include "nvfp4mla/paged_cache.h"
 #include "nvfp4mla/record.h"
 
@@ -149,6 +150,7 @@ void nvfp4mla_dims(int32_t* latent_dim, int32_t* rope_dim) {
   if (latent_dim) *latent_dim = kLatentDim;
   if (rope_dim) *rope_dim = kRopeDim;
 }
+int32_t nvfp4mla_index_key_record_bytes(void) { return index_key::kRecordBytes; }
 int nvfp4mla_cuda_device_count(void) { return cuda_device_count(); }
 
 int nvfp4mla_config_create(const nvfp4mla_format_options* o, nvfp4mla_config** config) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "nvfp4mla/format.h"
+#include "nvfp4mla/index_key.h"
 #include "nvfp4mla/serving/route.h"
 
 namespace nvfp4mla::serving {
@@ -46,7 +47,7 @@ ScratchPlan plan_scratch(const ScratchRequest& r);
 struct CapacityRequest {
   RecordSpec spec;
   int layers = 0;
-  int indexer_bytes_per_token = 132;  // DSA indexer key cache: 128 FP8 + one fp32 scale
+  int indexer_bytes_per_token = index_key::kRecordBytes;  // DSA indexer key cache (index_key.h)
   int page_size = 64;
   double memory_gib = 0;              // KV cache budget
   double reserved_gib = 0;            // taken out first (scratch, activations)

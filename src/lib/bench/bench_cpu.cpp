@@ -13,6 +13,5 @@ Ceilings measure_ceilings(const Options&) { throw no_cuda(); }
 std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>&, const Ceilings&, const Options&) { throw no_cuda(); }
 std::vector<WriteResult> run_write(const std::vector<WriteCase>&, const Ceilings&, const Options&) { throw no_cuda(); }
 std::vector<TopkResult> run_topk(const std::vector<TopkCase>&, const Options&) { throw no_cuda(); }
-Timing time_launches(const std::function<void()>&, const Options&) { throw no_cuda(); }
 }  // namespace nvfp4mla::bench
 #endif

@@ -221,13 +221,6 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
   return out;
 }
 
-Timing time_launches(const std::function<void()>& launch, const Options& opt) {
-  if (cuda_device_count() == 0) throw Error("no CUDA device");
-  L2Flusher flush(opt.l2_flush);
-  const auto runs = time_runs(launch, opt, flush, nullptr);
-  return {median(runs) * 1e3, runs.ms.front() * 1e3, runs.clock_mhz};
-}
-
 std::vector<WriteResult> run_write(const std::vector<WriteCase>& cases, const Ceilings& ceil, const Options& opt) {
   if (cuda_device_count() == 0) throw Error("no CUDA device");
   std::vector<WriteResult> out;

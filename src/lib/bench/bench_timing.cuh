@@ -123,5 +123,16 @@ Runs time_runs(Fn&& fn, const Options& opt, L2Flusher& flush, cudaStream_t s) {
 }
 float median(const Runs& r) { return r.ms[r.ms.size() / 2]; }
 
+// A whole call timed as above on the default stream, with its own L2 flush.
+struct Timing {
+  double median_us = 0, min_us = 0, clock_mhz = 0;
+};
+template <class Fn>
+Timing time_launches(Fn&& launch, const Options& opt) {
+  L2Flusher flush(opt.l2_flush);
+  const Runs runs = time_runs(launch, opt, flush, nullptr);
+  return {median(runs) * 1e3, runs.ms.front() * 1e3, runs.clock_mhz};
+}
+
 }  // namespace
 }  // namespace nvfp4mla::bench

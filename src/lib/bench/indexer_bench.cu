@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.cuh"
 #include "device/cuda_check.h"
 #include "nvfp4mla/bench.h"
 #include "nvfp4mla/cuda/fused_select.h"
@@ -18,14 +19,6 @@
 namespace nvfp4mla::bench {
 namespace {
 
-using nvfp4mla::cuda::check;
-
-constexpr int kFillBlocks = 1024, kFillThreads = 256;
-
-__device__ __forceinline__ uint32_t mix(uint64_t x) {
-  x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
 
 #define NVFP4MLA_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
@@ -33,20 +26,20 @@ __device__ __forceinline__ uint32_t mix(uint64_t x) {
 // E4M3 codes 0x00..0x3F with a random sign: magnitudes below 2, never NaN.
 __global__ void fill_e4m3(uint8_t* p, int64_t n, uint64_t seed) {
   NVFP4MLA_GRID_STRIDE(i, n) {
-    const uint32_t h = mix(seed * 0x9E3779B97F4A7C15ULL + i);
+    const uint32_t h = hash32(seed * 0x9E3779B97F4A7C15ULL + i);
     p[i] = static_cast<uint8_t>((h & 0x80u) | (h >> 8) % 0x40u);
   }
 }
 // Scales 2^-8 .. 2^7 in a fused paged cache (`page` > 0) or a plain array (`page` = 0).
 __global__ void fill_scales(uint8_t* cache, float* plain, int64_t n, int64_t page, uint64_t seed) {
   NVFP4MLA_GRID_STRIDE(i, n) {
-    const float s = exp2f(static_cast<float>(int(mix(seed + i) % 16u) - 8));
+    const float s = exp2f(static_cast<float>(int(hash32(seed + i) % 16u) - 8));
     if (page > 0) *reinterpret_cast<float*>(cache + index_key::scale_offset(i, page)) = s;
     else plain[i] = s;
   }
 }
 __global__ void fill_weights(float* p, int64_t n, uint64_t seed) {
-  NVFP4MLA_GRID_STRIDE(i, n) p[i] = (static_cast<float>(mix(seed + i) >> 8) * 0x1p-24f - 0.5f) * 0.1f;
+  NVFP4MLA_GRID_STRIDE(i, n) p[i] = (static_cast<float>(hash32(seed + i) >> 8) * 0x1p-24f - 0.5f) * 0.1f;
 }
 // Row i of `rows` causal rows over `keys` keys: [0, keys - rows + i + 1).
 __global__ void fill_causal(int32_t* starts, int32_t* ends, int64_t rows, int64_t keys) {
@@ -67,15 +60,6 @@ __global__ void count_nan(const float* p, int64_t n, unsigned long long* bad) {
   NVFP4MLA_GRID_STRIDE(i, n) if (isnan(p[i])) atomicAdd(bad, 1ull);
 }
 #undef NVFP4MLA_GRID_STRIDE
-
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  explicit Dev(size_t n) { check(cudaMalloc(reinterpret_cast<void**>(&p), (n ? n : 1) * sizeof(T)), "cudaMalloc"); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
 
 int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
 
