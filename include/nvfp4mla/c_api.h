@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a signature or struct below changes; the Python package refuses another. */
-#define NVFP4MLA_C_API_VERSION 1
+#define NVFP4MLA_C_API_VERSION 2
 
 enum {
   NVFP4MLA_OK = 0,
@@ -333,8 +333,191 @@ typedef struct nvfp4mla_store_stats {
 
 NVFP4MLA_C_EXPORT int nvfp4mla_store_stats_get(const nvfp4mla_store* store, nvfp4mla_store_stats* stats);
 
-/* The DSA selection ops (index key cache, indexer logits, top-k) join here as nvfp4mla_cuda_*
- * entry points of their own section, following the attention ones. */
+/* ---- sparse decode in one argument (the per-step call of the Python package) -------------------- */
+
+/* Every argument of nvfp4mla_cuda_sparse_decode in one struct, so that a caller in an interpreter
+ * converts one buffer instead of nine arguments and a problem struct. */
+typedef struct nvfp4mla_sparse_decode_call {
+  const nvfp4mla_format* format;
+  const nvfp4mla_decode_plan* plan;
+  nvfp4mla_attention problem;
+  void* workspace;
+  uint64_t workspace_bytes;
+  uint16_t* out;
+  float* lse;
+  int32_t device;
+  void* stream;
+} nvfp4mla_sparse_decode_call;
+
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sparse_decode_call(const nvfp4mla_sparse_decode_call* call);
+
+/* ---- DSA selection (index_key.h, index_cache.h, indexer.h, topk.h, fused_select.h) ---------------- */
+
+/* Encode n index keys (128 values of input_type per row, rows key_stride elements apart) into
+ * per-token records [n, 132]: 128 E4M3 bytes, then the fp32 scale. */
+NVFP4MLA_C_EXPORT int nvfp4mla_index_key_encode(int32_t input_type, const void* keys, int64_t key_stride, int64_t n,
+                                                uint8_t* records);
+
+/* A paged index key cache: [num_pages, page_size * 132] bytes (IndexCacheView). */
+typedef struct nvfp4mla_index_cache {
+  uint8_t* data;
+  int64_t num_pages;
+  int64_t page_size;
+} nvfp4mla_index_cache;
+
+/* write_index_cache (CPU): keys [n, 128] packed rows; negative slots skipped; a slot >= capacity
+ * fails, naming it, before anything is written. */
+NVFP4MLA_C_EXPORT int nvfp4mla_write_index_cache(int32_t input_type, const void* keys, int64_t n,
+                                                 const int64_t* slot_mapping, const nvfp4mla_index_cache* cache);
+/* gather_index_records / gather_index_keys (CPU): every slot in [0, capacity) or Error. */
+NVFP4MLA_C_EXPORT int nvfp4mla_gather_index_records(const nvfp4mla_index_cache* cache, const int64_t* slots, int64_t n,
+                                                    uint8_t* records);
+NVFP4MLA_C_EXPORT int nvfp4mla_gather_index_keys(const nvfp4mla_index_cache* cache, const int64_t* slots, int64_t n,
+                                                 uint8_t* values, float* scales);
+
+/* IndexerRaggedArgs and IndexerPagedArgs of indexer.h. */
+typedef struct nvfp4mla_indexer_ragged {
+  const uint8_t* q;          /* [rows, heads, 128] E4M3 */
+  const float* weights;      /* [rows, heads] */
+  int64_t rows;
+  int32_t heads;
+  const uint8_t* key_values; /* num_keys rows of 128 E4M3 bytes, key_value_stride bytes apart */
+  int64_t key_value_stride;
+  const float* key_scales;   /* num_keys scales, key_scale_stride floats apart */
+  int64_t key_scale_stride;
+  int64_t num_keys;
+  const int32_t* row_starts; /* [rows] */
+  const int32_t* row_ends;   /* [rows] */
+  float* logits;             /* [rows, logits_stride] */
+  int64_t logits_stride;
+} nvfp4mla_indexer_ragged;
+
+typedef struct nvfp4mla_indexer_paged {
+  const uint8_t* q;         /* [requests * next_n, heads, 128] E4M3 */
+  const float* weights;     /* [requests * next_n, heads] */
+  int64_t requests;
+  int32_t next_n;
+  int32_t heads;
+  const uint8_t* cache;     /* [num_pages, page_size * 132] */
+  int64_t num_pages;
+  int64_t page_size;
+  const int32_t* block_table; /* [requests, block_table_stride] */
+  int64_t block_table_stride;
+  const int32_t* context_lens; /* [requests] */
+  float* logits;               /* [requests * next_n, logits_stride] */
+  int64_t logits_stride;
+} nvfp4mla_indexer_paged;
+
+/* CPU references (host memory; the metadata validated first, nothing written on failure). */
+NVFP4MLA_C_EXPORT int nvfp4mla_indexer_logits_ragged_reference(const nvfp4mla_indexer_ragged* args);
+NVFP4MLA_C_EXPORT int nvfp4mla_indexer_logits_paged_reference(const nvfp4mla_indexer_paged* args);
+
+/* TopkArgs (with its TopkSlotMap; block_table NULL: no slot transform) and TopkOutputs of topk.h. */
+typedef struct nvfp4mla_topk {
+  const float* values;       /* [rows, stride] */
+  int32_t rows;
+  int32_t k;
+  int64_t columns;
+  int64_t stride;
+  const int32_t* lengths;    /* [rows] or NULL */
+  const int32_t* positions;  /* [rows, stride] or NULL */
+  int64_t position_offset;
+  const int32_t* block_table; /* [requests, table_stride] or NULL */
+  int64_t requests;
+  int64_t pages;
+  int64_t table_stride;
+  int32_t page_size;
+  int32_t rows_per_request;
+  int64_t capacity;
+} nvfp4mla_topk;
+
+typedef struct nvfp4mla_topk_outputs {
+  int32_t* indices;      /* [rows, k] */
+  int32_t* topk_length;  /* [rows] */
+  float* values;         /* [rows, k] or NULL */
+} nvfp4mla_topk_outputs;
+
+/* TopkPlan of topk.h (kernel: 0 row_per_cta, 1 split_rows) and the workspace it needs for `rows`. */
+typedef struct nvfp4mla_topk_plan {
+  int32_t kernel;
+  int32_t segments;
+  int64_t segment_len;
+  int32_t rows;
+  uint64_t workspace_bytes;
+} nvfp4mla_topk_plan;
+
+NVFP4MLA_C_EXPORT int nvfp4mla_plan_topk(int32_t rows, int64_t columns, int32_t sm_count, nvfp4mla_topk_plan* plan);
+NVFP4MLA_C_EXPORT int nvfp4mla_topk_reference(const nvfp4mla_topk* args, const nvfp4mla_topk_outputs* out);
+
+/* FusedSelectArgs and FusedSelectRaggedArgs of fused_select.h (their keys' logits NULL, stride 0). */
+typedef struct nvfp4mla_fused_select {
+  nvfp4mla_indexer_paged keys;
+  int64_t max_context;
+  int32_t k;
+  int32_t slot_ids;
+} nvfp4mla_fused_select;
+
+typedef struct nvfp4mla_fused_select_ragged {
+  nvfp4mla_indexer_ragged keys;
+  int64_t max_length;
+  int32_t k;
+} nvfp4mla_fused_select_ragged;
+
+/* The planner's choice (chunk, chunks, logits_stride, workspace_bytes) and what it was made for:
+ * the GPU calls plan again from their arguments with this chunk and sm_count and refuse a plan
+ * made for other shapes. */
+typedef struct nvfp4mla_fused_select_plan {
+  int64_t chunk;
+  int64_t chunks;
+  int64_t logits_stride;
+  int32_t sm_count;
+  uint64_t workspace_bytes;
+} nvfp4mla_fused_select_plan;
+
+/* plan_fused_select from shapes alone (the tensors are not needed to plan). chunk 0: the
+ * planner's choice. */
+NVFP4MLA_C_EXPORT int nvfp4mla_plan_fused_select(int64_t requests, int32_t next_n, int32_t heads, int64_t page_size,
+                                                 int64_t max_context, int32_t k, int64_t chunk, int32_t sm_count,
+                                                 nvfp4mla_fused_select_plan* plan);
+NVFP4MLA_C_EXPORT int nvfp4mla_plan_fused_select_ragged(int64_t rows, int32_t heads, int64_t max_length, int32_t k,
+                                                        int64_t chunk, int32_t sm_count,
+                                                        nvfp4mla_fused_select_plan* plan);
+/* CPU references with the chunk of `plan`. */
+NVFP4MLA_C_EXPORT int nvfp4mla_fused_select_reference(const nvfp4mla_fused_select* args,
+                                                      const nvfp4mla_fused_select_plan* plan,
+                                                      const nvfp4mla_topk_outputs* out);
+NVFP4MLA_C_EXPORT int nvfp4mla_fused_select_ragged_reference(const nvfp4mla_fused_select_ragged* args,
+                                                             const nvfp4mla_fused_select_plan* plan,
+                                                             const nvfp4mla_topk_outputs* out);
+
+/* GPU entry points of cuda/index_cache.h, cuda/indexer.h, cuda/topk.h and cuda/fused_select.h;
+ * invalid_count (a device uint64) is required where those headers require it, error_count of
+ * top-k is optional. The key rows of write_index_cache are key_stride elements apart. */
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_write_index_cache(int32_t input_type, const void* keys, int64_t key_stride,
+                                                      int64_t n, const int64_t* slot_mapping,
+                                                      const nvfp4mla_index_cache* cache, uint64_t* invalid_count,
+                                                      int32_t device, void* stream);
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_gather_index_records(const nvfp4mla_index_cache* cache, const int64_t* slots,
+                                                         int64_t n, uint8_t* records, uint64_t* invalid_count,
+                                                         int32_t device, void* stream);
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_gather_index_keys(const nvfp4mla_index_cache* cache, const int64_t* slots,
+                                                      int64_t n, uint8_t* values, float* scales,
+                                                      uint64_t* invalid_count, int32_t device, void* stream);
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_indexer_logits_ragged(const nvfp4mla_indexer_ragged* args,
+                                                          uint64_t* invalid_count, int32_t device, void* stream);
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_indexer_logits_paged(const nvfp4mla_indexer_paged* args, uint64_t* invalid_count,
+                                                         int32_t device, void* stream);
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_topk(const nvfp4mla_topk* args, const nvfp4mla_topk_plan* plan, void* workspace,
+                                         uint64_t workspace_bytes, const nvfp4mla_topk_outputs* out,
+                                         uint64_t* error_count, int32_t device, void* stream);
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_fused_select(const nvfp4mla_fused_select* args,
+                                                 const nvfp4mla_fused_select_plan* plan, void* workspace,
+                                                 uint64_t workspace_bytes, const nvfp4mla_topk_outputs* out,
+                                                 uint64_t* invalid_count, int32_t device, void* stream);
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_fused_select_ragged(const nvfp4mla_fused_select_ragged* args,
+                                                        const nvfp4mla_fused_select_plan* plan, void* workspace,
+                                                        uint64_t workspace_bytes, const nvfp4mla_topk_outputs* out,
+                                                        uint64_t* invalid_count, int32_t device, void* stream);
 
 #ifdef __cplusplus
 }

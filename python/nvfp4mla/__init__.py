@@ -12,15 +12,17 @@ caller's CUDA stream (torch's or CuPy's current stream, or ``stream=``).
   :func:`sparse_extend`, :func:`sparse_scores`; CPU references :func:`sparse_mla_reference`,
   :func:`sparse_scores_reference`.
 - Serving: :func:`plan_route`, :func:`plan_scratch`, :func:`plan_capacity`, :func:`verifier_rows`.
+- Selection (CPU or GPU): :func:`encode_index_keys`, :func:`write_index_cache`,
+  :func:`gather_index_records`, :func:`gather_index_keys`, :func:`indexer_logits` (ragged),
+  :func:`indexer_logits_paged`, :func:`plan_topk` -> :class:`TopkPlan`, :func:`topk` (with the
+  block-table slot transform), :func:`plan_fused_select` / :func:`plan_fused_select_ragged` ->
+  :class:`FusedSelectPlan`, :func:`fused_select`, :func:`fused_select_ragged`.
 - Offload: :class:`Store`.
 - torch: ``import nvfp4mla.torch`` registers ``torch.ops.nvfp4mla.*`` (custom ops with fake
   implementations, usable under torch.compile and CUDA-graph capture).
 
 Errors raise :class:`Error` (a RuntimeError) carrying the library's message; arguments rejected
 before the library is called raise :class:`ArgumentError` (also a ValueError).
-
-The DSA selection ops (index key cache, indexer logits, top-k) join as a module of their own
-(``nvfp4mla.selection``) beside ``attention``, over their own section of the C ABI.
 """
 from ._lib import ArgumentError, Error, UnsupportedError
 from ._lib import lib as _library
@@ -30,6 +32,10 @@ from .config import FormatConfig
 from .offload import OpResult, Store
 from .records import (LATENT_DIM, QK_DIM, ROPE_DIM, decode, encode, gather_records, scatter_records,
                       write_cache)
+from .selection import (INDEX_KEY_DIM, INDEX_KEY_RECORD_BYTES, FusedSelectPlan, TopkPlan, encode_index_keys,
+                        fused_select, fused_select_ragged, gather_index_keys, gather_index_records, indexer_logits,
+                        indexer_logits_paged, plan_fused_select, plan_fused_select_ragged, plan_topk, topk,
+                        write_index_cache)
 from .serving import (CapacityPlan, RouteDecision, ScratchPlan, decode_q_per_request, decode_qualified,
                       parse_spec_decode_mode, plan_capacity, plan_route, plan_scratch, verifier_rows)
 
@@ -43,4 +49,7 @@ __all__ = [
     "library_path", "parse_spec_decode_mode", "plan_capacity", "plan_decode", "plan_route", "plan_scratch",
     "scatter_records", "sparse_decode", "sparse_extend", "sparse_mla_reference", "sparse_scores",
     "sparse_scores_reference", "verifier_rows", "write_cache",
+    "INDEX_KEY_DIM", "INDEX_KEY_RECORD_BYTES", "FusedSelectPlan", "TopkPlan", "encode_index_keys", "fused_select",
+    "fused_select_ragged", "gather_index_keys", "gather_index_records", "indexer_logits", "indexer_logits_paged",
+    "plan_fused_select", "plan_fused_select_ragged", "plan_topk", "topk", "write_index_cache",
 ]

@@ -15,7 +15,7 @@ import os
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
                     c_uint64, c_void_p)
 
-C_API_VERSION = 1
+C_API_VERSION = 2
 LIBRARY_FILE = "libnvfp4mla_c.so"
 
 
@@ -129,6 +129,59 @@ class StoreOptions(Structure):
                 ("io_threads", c_int32)]
 
 
+class SparseDecodeCall(Structure):
+    _fields_ = [("format", c_void_p), ("plan", c_void_p), ("problem", Attention), ("workspace", c_void_p),
+                ("workspace_bytes", c_uint64), ("out", c_void_p), ("lse", c_void_p), ("device", c_int32),
+                ("stream", c_void_p)]
+
+
+class IndexCache(Structure):
+    _fields_ = [("data", c_void_p), ("num_pages", c_int64), ("page_size", c_int64)]
+
+
+class IndexerRagged(Structure):
+    _fields_ = [("q", c_void_p), ("weights", c_void_p), ("rows", c_int64), ("heads", c_int32),
+                ("key_values", c_void_p), ("key_value_stride", c_int64), ("key_scales", c_void_p),
+                ("key_scale_stride", c_int64), ("num_keys", c_int64), ("row_starts", c_void_p),
+                ("row_ends", c_void_p), ("logits", c_void_p), ("logits_stride", c_int64)]
+
+
+class IndexerPaged(Structure):
+    _fields_ = [("q", c_void_p), ("weights", c_void_p), ("requests", c_int64), ("next_n", c_int32),
+                ("heads", c_int32), ("cache", c_void_p), ("num_pages", c_int64), ("page_size", c_int64),
+                ("block_table", c_void_p), ("block_table_stride", c_int64), ("context_lens", c_void_p),
+                ("logits", c_void_p), ("logits_stride", c_int64)]
+
+
+class Topk(Structure):
+    _fields_ = [("values", c_void_p), ("rows", c_int32), ("k", c_int32), ("columns", c_int64), ("stride", c_int64),
+                ("lengths", c_void_p), ("positions", c_void_p), ("position_offset", c_int64),
+                ("block_table", c_void_p), ("requests", c_int64), ("pages", c_int64), ("table_stride", c_int64),
+                ("page_size", c_int32), ("rows_per_request", c_int32), ("capacity", c_int64)]
+
+
+class TopkOutputs(Structure):
+    _fields_ = [("indices", c_void_p), ("topk_length", c_void_p), ("values", c_void_p)]
+
+
+class TopkPlanC(Structure):
+    _fields_ = [("kernel", c_int32), ("segments", c_int32), ("segment_len", c_int64), ("rows", c_int32),
+                ("workspace_bytes", c_uint64)]
+
+
+class FusedSelect(Structure):
+    _fields_ = [("keys", IndexerPaged), ("max_context", c_int64), ("k", c_int32), ("slot_ids", c_int32)]
+
+
+class FusedSelectRagged(Structure):
+    _fields_ = [("keys", IndexerRagged), ("max_length", c_int64), ("k", c_int32)]
+
+
+class FusedSelectPlanC(Structure):
+    _fields_ = [("chunk", c_int64), ("chunks", c_int64), ("logits_stride", c_int64), ("sm_count", c_int32),
+                ("workspace_bytes", c_uint64)]
+
+
 _STORE_STAT_FIELDS = ("dram_blocks", "dram_bytes", "dram_capacity_bytes", "dram_hits", "dram_misses", "dram_puts",
                       "dram_evictions", "dram_rejected", "disk_blocks", "disk_bytes", "disk_capacity_bytes",
                       "disk_hits", "disk_misses", "disk_corrupt", "disk_read_errors", "disk_puts",
@@ -199,6 +252,35 @@ _SIGNATURES = {
     "nvfp4mla_store_get_many": (c_int, [P, c_int64, P, P, P, P]),
     "nvfp4mla_store_item_error": (c_char_p, [c_int64]),
     "nvfp4mla_store_stats_get": (c_int, [P, POINTER(StoreStatsC)]),
+    "nvfp4mla_cuda_sparse_decode_call": (c_int, [c_char_p]),  # a packed SparseDecodeCall (attention.py)
+    "nvfp4mla_index_key_encode": (c_int, [c_int32, P, c_int64, c_int64, P]),
+    "nvfp4mla_write_index_cache": (c_int, [c_int32, P, c_int64, P, POINTER(IndexCache)]),
+    "nvfp4mla_gather_index_records": (c_int, [POINTER(IndexCache), P, c_int64, P]),
+    "nvfp4mla_gather_index_keys": (c_int, [POINTER(IndexCache), P, c_int64, P, P]),
+    "nvfp4mla_indexer_logits_ragged_reference": (c_int, [POINTER(IndexerRagged)]),
+    "nvfp4mla_indexer_logits_paged_reference": (c_int, [POINTER(IndexerPaged)]),
+    "nvfp4mla_plan_topk": (c_int, [c_int32, c_int64, c_int32, POINTER(TopkPlanC)]),
+    "nvfp4mla_topk_reference": (c_int, [POINTER(Topk), POINTER(TopkOutputs)]),
+    "nvfp4mla_plan_fused_select": (c_int, [c_int64, c_int32, c_int32, c_int64, c_int64, c_int32, c_int64, c_int32,
+                                           POINTER(FusedSelectPlanC)]),
+    "nvfp4mla_plan_fused_select_ragged": (c_int, [c_int64, c_int32, c_int64, c_int32, c_int64, c_int32,
+                                                  POINTER(FusedSelectPlanC)]),
+    "nvfp4mla_fused_select_reference": (c_int, [POINTER(FusedSelect), POINTER(FusedSelectPlanC),
+                                                POINTER(TopkOutputs)]),
+    "nvfp4mla_fused_select_ragged_reference": (c_int, [POINTER(FusedSelectRagged), POINTER(FusedSelectPlanC),
+                                                       POINTER(TopkOutputs)]),
+    "nvfp4mla_cuda_write_index_cache": (c_int, [c_int32, P, c_int64, c_int64, P, POINTER(IndexCache), P, c_int32,
+                                                P]),
+    "nvfp4mla_cuda_gather_index_records": (c_int, [POINTER(IndexCache), P, c_int64, P, P, c_int32, P]),
+    "nvfp4mla_cuda_gather_index_keys": (c_int, [POINTER(IndexCache), P, c_int64, P, P, P, c_int32, P]),
+    "nvfp4mla_cuda_indexer_logits_ragged": (c_int, [POINTER(IndexerRagged), P, c_int32, P]),
+    "nvfp4mla_cuda_indexer_logits_paged": (c_int, [POINTER(IndexerPaged), P, c_int32, P]),
+    "nvfp4mla_cuda_topk": (c_int, [POINTER(Topk), POINTER(TopkPlanC), P, c_uint64, POINTER(TopkOutputs), P, c_int32,
+                                   P]),
+    "nvfp4mla_cuda_fused_select": (c_int, [POINTER(FusedSelect), POINTER(FusedSelectPlanC), P, c_uint64,
+                                           POINTER(TopkOutputs), P, c_int32, P]),
+    "nvfp4mla_cuda_fused_select_ragged": (c_int, [POINTER(FusedSelectRagged), POINTER(FusedSelectPlanC), P,
+                                                  c_uint64, POINTER(TopkOutputs), P, c_int32, P]),
 }
 
 lib = _load()

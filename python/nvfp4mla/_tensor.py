@@ -16,12 +16,12 @@ CPU, CUDA = "cpu", "cuda"
 
 # DLPack device types and dtype codes (dlpack.h).
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
-_DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT = 0, 1, 2, 4
+_DL_INT, _DL_UINT, _DL_FLOAT, _DL_BFLOAT, _DL_FLOAT8_E4M3FN = 0, 1, 2, 4, 10
 _DL_DTYPES = {(_DL_INT, 32): "int32", (_DL_INT, 64): "int64", (_DL_UINT, 8): "uint8", (_DL_UINT, 16): "uint16",
               (_DL_UINT, 64): "uint64", (_DL_FLOAT, 16): "float16", (_DL_FLOAT, 32): "float32",
               (_DL_FLOAT, 64): "float64", (_DL_BFLOAT, 16): "bfloat16", (_DL_INT, 8): "int8",
-              (_DL_INT, 16): "int16", (_DL_UINT, 32): "uint32"}
-ITEMSIZE = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
+              (_DL_INT, 16): "int16", (_DL_UINT, 32): "uint32", (_DL_FLOAT8_E4M3FN, 8): "float8_e4m3fn"}
+ITEMSIZE = {"int8": 1, "uint8": 1, "float8_e4m3fn": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
             "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
 
 
@@ -244,7 +244,7 @@ def check(v, op, name, dtypes, dims, contiguous=True, writable=False):
         if not v.contiguous():
             raise ArgumentError(f"{op}: {name} must be contiguous (row-major), got strides {list(v.strides)} "
                                 f"for shape {list(v.shape)}")
-    elif v.shape and v.shape[-1] != 1 and v.strides[-1] != 1:
+    elif v.shape and v.shape[-1] != 1 and v.strides[-1] != 1 and 0 not in v.shape:
         raise ArgumentError(f"{op}: {name} must have unit stride in its last dimension, got strides "
                             f"{list(v.strides)}")
     if writable and v.readonly:

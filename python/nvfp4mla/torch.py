@@ -16,8 +16,21 @@ into caller-provided tensors and returns nothing:
   torch.ops.nvfp4mla.sparse_scores(q, cache, indices, topk_length?, sm_scale, output!, cache_dtype, rope,
                                    scale_mode, layer_scale)
 
+  torch.ops.nvfp4mla.write_index_cache(keys, cache!, slot_mapping, invalid_count!, page_size)
+  torch.ops.nvfp4mla.gather_index_records(cache, slots, output!, invalid_count!, page_size)
+  torch.ops.nvfp4mla.indexer_logits(q, weights, keys, key_scales?, row_starts, row_ends, output!,
+                                    invalid_count!)
+  torch.ops.nvfp4mla.indexer_logits_paged(q, weights, cache, block_table, context_lens, output!,
+                                          invalid_count!, next_n, page_size)
+  torch.ops.nvfp4mla.topk(logits, lengths?, k, plan: int[], workspace!, indices!, topk_length!, values!,
+                          error_count!, block_table?, page_size, rows_per_request, capacity, position_offset)
+  torch.ops.nvfp4mla.fused_select(q, weights, cache, block_table, context_lens, plan: int[], workspace!,
+                                  indices!, topk_length!, values!, invalid_count!, slot_ids)
+  torch.ops.nvfp4mla.fused_select_ragged(q, weights, keys, key_scales?, row_starts, row_ends, plan: int[],
+                                         workspace!, indices!, topk_length!, values!, invalid_count!)
+
 The format travels as its names and the layer scale (FormatConfig.cache_dtype/.rope/.scale_mode/
-.layer_scale), the decode plan as DecodePlan.as_list(). The functions below take a FormatConfig
+.layer_scale), the plans as DecodePlan/TopkPlan/FusedSelectPlan.as_list() (an empty list: the CPU top-k). The functions below take a FormatConfig
 or DecodePlan, allocate outputs left as None (torch.empty, fine inside a graph or compile) and
 call the ops.
 
@@ -31,6 +44,7 @@ import torch
 from torch import Tensor
 
 from . import _lib
+from . import selection as _sel
 from .attention import PLAN_FIELDS, decode_with, extend_with, scores_with
 from .records import LATENT_DIM
 from .records import gather_records as _gather_records
@@ -143,6 +157,123 @@ def _(q, cache, indices, topk_length, sm_scale, output, cache_dtype, rope, scale
     return None
 
 
+# ---- selection ops --------------------------------------------------------------------------------
+# Optional outputs (top-k values, the top-k error counter) and a workspace a plan does not need
+# travel as empty tensors: mutated arguments are never optional.
+
+def _given(t):
+    return t if t.numel() else None
+
+
+def _cached_plan(cls, fields, cache):
+    key = tuple(fields)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = cls.from_list(key)
+    return found
+
+
+_topk_plans = {}
+_fused_plans = {}
+
+
+@torch.library.custom_op("nvfp4mla::write_index_cache", mutates_args=("cache", "invalid_count"))
+def _write_index_cache_op(keys: Tensor, cache: Tensor, slot_mapping: Tensor, invalid_count: Tensor,
+                          page_size: int) -> None:
+    _sel.write_index_cache(keys, cache, slot_mapping, page_size, invalid_count=invalid_count)
+
+
+@_write_index_cache_op.register_fake
+def _(keys, cache, slot_mapping, invalid_count, page_size):
+    return None
+
+
+@torch.library.custom_op("nvfp4mla::gather_index_records", mutates_args=("output", "invalid_count"))
+def _gather_index_records_op(cache: Tensor, slots: Tensor, output: Tensor, invalid_count: Tensor,
+                             page_size: int) -> None:
+    _sel.gather_index_records(cache, slots, output, page_size=page_size, invalid_count=invalid_count)
+
+
+@_gather_index_records_op.register_fake
+def _(cache, slots, output, invalid_count, page_size):
+    return None
+
+
+@torch.library.custom_op("nvfp4mla::indexer_logits", mutates_args=("output", "invalid_count"))
+def _indexer_logits_op(q: Tensor, weights: Tensor, keys: Tensor, key_scales: Optional[Tensor], row_starts: Tensor,
+                       row_ends: Tensor, output: Tensor, invalid_count: Tensor) -> None:
+    _sel.indexer_logits(q, weights, keys, row_starts, row_ends, output, key_scales=key_scales,
+                        invalid_count=invalid_count)
+
+
+@_indexer_logits_op.register_fake
+def _(q, weights, keys, key_scales, row_starts, row_ends, output, invalid_count):
+    return None
+
+
+@torch.library.custom_op("nvfp4mla::indexer_logits_paged", mutates_args=("output", "invalid_count"))
+def _indexer_logits_paged_op(q: Tensor, weights: Tensor, cache: Tensor, block_table: Tensor, context_lens: Tensor,
+                             output: Tensor, invalid_count: Tensor, next_n: int, page_size: int) -> None:
+    _sel.indexer_logits_paged(q, weights, cache, block_table, context_lens, output, next_n=next_n,
+                              page_size=page_size, invalid_count=invalid_count)
+
+
+@_indexer_logits_paged_op.register_fake
+def _(q, weights, cache, block_table, context_lens, output, invalid_count, next_n, page_size):
+    return None
+
+
+@torch.library.custom_op("nvfp4mla::topk",
+                         mutates_args=("workspace", "indices", "topk_length", "values", "error_count"))
+def _topk_op(logits: Tensor, lengths: Optional[Tensor], k: int, plan: List[int], workspace: Tensor, indices: Tensor,
+             topk_length: Tensor, values: Tensor, error_count: Tensor, block_table: Optional[Tensor], page_size: int,
+             rows_per_request: int, capacity: int, position_offset: int) -> None:
+    _sel.topk(logits, lengths, k, plan=_cached_plan(_sel.TopkPlan, plan, _topk_plans) if plan else None,
+              workspace=_given(workspace), indices=indices, topk_length=topk_length, values=_given(values),
+              position_offset=position_offset, block_table=block_table, page_size=page_size,
+              rows_per_request=rows_per_request, capacity=capacity, error_count=_given(error_count))
+
+
+@_topk_op.register_fake
+def _(logits, lengths, k, plan, workspace, indices, topk_length, values, error_count, block_table, page_size,
+      rows_per_request, capacity, position_offset):
+    return None
+
+
+@torch.library.custom_op("nvfp4mla::fused_select",
+                         mutates_args=("workspace", "indices", "topk_length", "values", "invalid_count"))
+def _fused_select_op(q: Tensor, weights: Tensor, cache: Tensor, block_table: Tensor, context_lens: Tensor,
+                     plan: List[int], workspace: Tensor, indices: Tensor, topk_length: Tensor, values: Tensor,
+                     invalid_count: Tensor, slot_ids: bool) -> None:
+    _sel.fused_select(q, weights, cache, block_table, context_lens, _cached_plan(_sel.FusedSelectPlan, plan,
+                                                                                  _fused_plans),
+                      _given(workspace), slot_ids=slot_ids, indices=indices, topk_length=topk_length,
+                      values=_given(values), invalid_count=invalid_count)
+
+
+@_fused_select_op.register_fake
+def _(q, weights, cache, block_table, context_lens, plan, workspace, indices, topk_length, values, invalid_count,
+      slot_ids):
+    return None
+
+
+@torch.library.custom_op("nvfp4mla::fused_select_ragged",
+                         mutates_args=("workspace", "indices", "topk_length", "values", "invalid_count"))
+def _fused_select_ragged_op(q: Tensor, weights: Tensor, keys: Tensor, key_scales: Optional[Tensor],
+                            row_starts: Tensor, row_ends: Tensor, plan: List[int], workspace: Tensor, indices: Tensor,
+                            topk_length: Tensor, values: Tensor, invalid_count: Tensor) -> None:
+    _sel.fused_select_ragged(q, weights, keys, row_starts, row_ends,
+                             _cached_plan(_sel.FusedSelectPlan, plan, _fused_plans), _given(workspace),
+                             key_scales=key_scales, indices=indices, topk_length=topk_length, values=_given(values),
+                             invalid_count=invalid_count)
+
+
+@_fused_select_ragged_op.register_fake
+def _(q, weights, keys, key_scales, row_starts, row_ends, plan, workspace, indices, topk_length, values,
+      invalid_count):
+    return None
+
+
 # ---- functions over the ops ----------------------------------------------------------------------
 
 def _names(config):
@@ -201,3 +332,89 @@ def sparse_scores(q, cache, indices, topk_length, sm_scale, config, out=None):
         out = torch.empty((q.shape[0], q.shape[1], indices.shape[1]), dtype=torch.float32, device=q.device)
     torch.ops.nvfp4mla.sparse_scores(q, cache, indices, topk_length, float(sm_scale), out, *_names(config))
     return out
+
+
+# ---- selection functions over the ops ----------------------------------------------------------------
+
+def _empty(ref, shape=(0,), dtype=torch.uint8):
+    return torch.empty(shape, dtype=dtype, device=ref.device)
+
+
+def _counter(ref, counter):
+    return _empty(ref, (1,), torch.int64) if counter is None else counter
+
+
+def write_index_cache(keys, cache, slot_mapping, page_size=_sel.DEFAULT_PAGE_SIZE, invalid_count=None):
+    """nvfp4mla.write_index_cache through torch.ops.nvfp4mla.write_index_cache (mutates cache and
+    invalid_count, allocated when None); returns invalid_count."""
+    invalid_count = _counter(cache, invalid_count)
+    torch.ops.nvfp4mla.write_index_cache(keys, cache, slot_mapping, invalid_count, int(page_size))
+    return invalid_count
+
+
+def gather_index_records(cache, slots, out=None, page_size=_sel.DEFAULT_PAGE_SIZE, invalid_count=None):
+    """Index key records uint8 [n, 132] of ``slots``; returns out."""
+    if out is None:
+        out = _empty(cache, (slots.shape[0], _sel.INDEX_KEY_RECORD_BYTES))
+    torch.ops.nvfp4mla.gather_index_records(cache, slots, out, _counter(cache, invalid_count), int(page_size))
+    return out
+
+
+def indexer_logits(q, weights, keys, row_starts, row_ends, out, key_scales=None, invalid_count=None):
+    """Ragged indexer logits into out: float32 [rows, width] (required: the width is the caller's)."""
+    torch.ops.nvfp4mla.indexer_logits(q, weights, keys, key_scales, row_starts, row_ends, out,
+                                      _counter(q, invalid_count))
+    return out
+
+
+def indexer_logits_paged(q, weights, cache, block_table, context_lens, out=None, next_n=1,
+                         page_size=_sel.DEFAULT_PAGE_SIZE, invalid_count=None):
+    """Paged indexer logits; out float32 [rows, width] (allocated as [rows, pages * page_size] when
+    None); returns out."""
+    if out is None:
+        out = _empty(q, (q.shape[0], block_table.shape[1] * int(page_size)), torch.float32)
+    torch.ops.nvfp4mla.indexer_logits_paged(q, weights, cache, block_table, context_lens, out,
+                                            _counter(q, invalid_count), int(next_n), int(page_size))
+    return out
+
+
+def _topk_outputs(ref, rows, k, indices, topk_length, values):
+    if indices is None:
+        indices = _empty(ref, (rows, k), torch.int32)
+    if topk_length is None:
+        topk_length = _empty(ref, (rows,), torch.int32)
+    return indices, topk_length, _empty(ref, (0,), torch.float32) if values is None else values
+
+
+def topk(logits, lengths, k, plan=None, workspace=None, indices=None, topk_length=None, values=None,
+         block_table=None, page_size=0, rows_per_request=1, capacity=0, position_offset=0, error_count=None):
+    """nvfp4mla.topk through torch.ops.nvfp4mla.topk; returns (indices, topk_length). On the GPU
+    give ``plan`` (plan_topk) outside graph capture: planning queries the device."""
+    if plan is None and logits.is_cuda:
+        plan = _sel.plan_topk(logits.shape[0], logits.shape[1], device=logits.get_device())
+    indices, topk_length, values = _topk_outputs(logits, logits.shape[0], int(k), indices, topk_length, values)
+    torch.ops.nvfp4mla.topk(logits, lengths, int(k), plan.as_list() if plan is not None else [],
+                            _empty(logits) if workspace is None else workspace, indices, topk_length, values,
+                            _empty(logits, (0,), torch.int64) if error_count is None else error_count, block_table,
+                            int(page_size), int(rows_per_request), int(capacity), int(position_offset))
+    return indices, topk_length
+
+
+def fused_select(q, weights, cache, block_table, context_lens, plan, workspace=None, slot_ids=False, indices=None,
+                 topk_length=None, values=None, invalid_count=None):
+    """nvfp4mla.fused_select through torch.ops.nvfp4mla.fused_select; returns (indices, topk_length)."""
+    indices, topk_length, values = _topk_outputs(q, plan.rows, plan.k, indices, topk_length, values)
+    torch.ops.nvfp4mla.fused_select(q, weights, cache, block_table, context_lens, plan.as_list(),
+                                    _empty(q) if workspace is None else workspace, indices, topk_length, values,
+                                    _counter(q, invalid_count), bool(slot_ids))
+    return indices, topk_length
+
+
+def fused_select_ragged(q, weights, keys, row_starts, row_ends, plan, workspace=None, key_scales=None, indices=None,
+                        topk_length=None, values=None, invalid_count=None):
+    """nvfp4mla.fused_select_ragged through its op; returns (indices, topk_length)."""
+    indices, topk_length, values = _topk_outputs(q, plan.rows, plan.k, indices, topk_length, values)
+    torch.ops.nvfp4mla.fused_select_ragged(q, weights, keys, key_scales, row_starts, row_ends, plan.as_list(),
+                                           _empty(q) if workspace is None else workspace, indices, topk_length,
+                                           values, _counter(q, invalid_count))
+    return indices, topk_length

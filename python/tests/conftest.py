@@ -64,8 +64,9 @@ def cli():
 
 # ---- safetensors (the CLI's tensor files) ----------------------------------------------------------
 
-_ST_DTYPES = {"float32": "F32", "float16": "F16", "uint8": "U8", "uint16": "BF16"}  # uint16 = BF16 bits
-_NP_DTYPES = {"F32": np.float32, "F16": np.float16, "U8": np.uint8, "BF16": np.uint16}
+_ST_DTYPES = {"float32": "F32", "float16": "F16", "uint8": "U8", "uint16": "BF16",  # uint16 = BF16 bits
+              "int32": "I32"}
+_NP_DTYPES = {"F32": np.float32, "F16": np.float16, "U8": np.uint8, "BF16": np.uint16, "I32": np.int32}
 
 
 def write_safetensors(path, tensors):

@@ -31,43 +31,6 @@ DecodePlan plan_of(const nvfp4mla_decode_plan* p) {
   return d;
 }
 
-#if defined(NVFP4MLA_WITH_CUDA)
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-// Makes `device` current for the call, as the caller's framework does for its own kernels.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
-    else previous_ = -1;
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
-cudaStream_t stream_of(void* stream) { return static_cast<cudaStream_t>(stream); }
-auto* counter_of(uint64_t* p) { return reinterpret_cast<unsigned long long*>(p); }
-
-cuda::InputType input_type_of(int32_t code) {
-  if (code < NVFP4MLA_INPUT_BF16 || code > NVFP4MLA_INPUT_F32)
-    throw Error("unknown input type code " + std::to_string(code) + ": use bf16, fp16 or f32");
-  return static_cast<cuda::InputType>(code);
-}
-#else
-[[noreturn]] void no_cuda(const char* what) {
-  throw Unsupported(std::string(what) + ": this nvfp4mla library was built without CUDA (rebuild with nvcc present, "
-                                        "-DNVFP4MLA_CUDA=ON)");
-}
-#endif
 
 }  // namespace
 }  // namespace nvfp4mla::capi
@@ -109,6 +72,12 @@ int nvfp4mla_plan_decode(const nvfp4mla_format* format, int32_t rows, int32_t he
     *plan = {d.head_group, d.num_head_groups, d.warps, d.tile_tokens, d.ctas_per_sm, d.stages, d.num_tiles,
              d.splits, d.tiles_per_split, d.partial_bytes, decode_workspace_layout(d, rows, heads).total_bytes};
   });
+}
+
+int nvfp4mla_cuda_sparse_decode_call(const nvfp4mla_sparse_decode_call* call) {
+  if (!call) return guarded([] { require(nullptr, "sparse decode call"); });
+  return nvfp4mla_cuda_sparse_decode(call->format, &call->problem, call->plan, call->workspace, call->workspace_bytes,
+                                     call->out, call->lse, call->device, call->stream);
 }
 
 #if defined(NVFP4MLA_WITH_CUDA)

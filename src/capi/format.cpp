@@ -86,21 +86,6 @@ std::optional<std::string> optional_string(const char* s) {
   return std::string(s);
 }
 
-// Calls fn(In{}) with In the C++ type of the input type code.
-template <class Fn>
-void with_input_type(int32_t input_type, Fn&& fn) {
-  switch (input_type) {
-    case NVFP4MLA_INPUT_BF16: return fn(Bf16Bits{});
-    case NVFP4MLA_INPUT_FP16: return fn(Fp16Bits{});
-    case NVFP4MLA_INPUT_F32: return fn(float{});
-    default: throw Error("unknown input type code " + std::to_string(input_type) + ": use bf16, fp16 or f32");
-  }
-}
-
-void check_count(int64_t n, const char* what) {
-  if (n < 0) throw Error(std::string(what) + ": negative count " + std::to_string(n));
-}
-
 // The slots 0..n-1 of a dense record array, read as a paged cache of n one-slot pages.
 std::vector<int64_t> identity_slots(int64_t n) {
   std::vector<int64_t> slots(static_cast<size_t>(n));
