@@ -10,6 +10,7 @@ Every argument must be contiguous. GPU calls run on the caller's stream (torch's
 stream, or ``stream=``), never synchronize, and allocate only outputs left as None: pass ``out``
 and ``lse`` (and a workspace) to capture them in a CUDA graph.
 """
+import ctypes
 import sys
 from ctypes import byref, c_int, c_int32
 
@@ -51,6 +52,7 @@ class DecodePlan:
     def __init__(self, c_plan, fmt, record_bytes, rows, heads, topk, sm_count):
         self._c = c_plan
         self._format = fmt
+        self._fast = None  # the per-call constants of the torch fast path, made on first use
         self.record_bytes = record_bytes
         self.rows, self.heads, self.topk, self.sm_count = rows, heads, topk, sm_count
         for name in PLAN_FIELDS:
@@ -64,8 +66,20 @@ class DecodePlan:
         self.layer_scale = fmt.layer_scale
 
     def as_list(self):
-        """The planner's fields as ints (PLAN_FIELDS order), for the torch ops."""
-        return list(self.fields)
+        """The plan as ints, for the torch ops: the planner's fields (PLAN_FIELDS order), then rows,
+        heads, topk, sm_count and workspace_bytes."""
+        return list(self.fields) + [self.rows, self.heads, self.topk, self.sm_count, self.workspace_bytes]
+
+    @classmethod
+    def from_list(cls, fields, fmt, record_bytes):
+        """The plan of as_list() for the format struct `fmt` (what the torch ops rebuild)."""
+        fields = [int(x) for x in fields]
+        if len(fields) != len(PLAN_FIELDS) + 5:
+            raise _lib.ArgumentError(f"plan must list {len(PLAN_FIELDS) + 5} ints (DecodePlan.as_list()), got "
+                                     f"{len(fields)}")
+        c_plan = DecodePlanC(*fields[:len(PLAN_FIELDS)], fields[-1])
+        rows, heads, topk, sm_count = fields[len(PLAN_FIELDS):-1]
+        return cls(c_plan, fmt, record_bytes, rows, heads, topk, sm_count)
 
     def numerics(self):
         """(rounds_k_to_bf16, weights_are_bf16) of the kernel this plan runs: which reference a result
@@ -120,53 +134,99 @@ def _views(stream, q, cache, indices, topk_length):
             None if topk_length is None else view(topk_length, stream))
 
 
-def _ptr(t, Tensor, dtype, shape, device):
-    """data_ptr of a contiguous torch tensor with this dtype, shape and CUDA device, else None."""
-    if (isinstance(t, Tensor) and t.dtype is dtype and t.shape == shape and t.get_device() == device and
-            t.is_contiguous()):
-        return t.data_ptr()
-    return None
+def _call_layout(struct_type):
+    """A struct.Struct packing the fields of a ctypes Structure (nested ones flattened, pointers as
+    unsigned 64-bit ints, padding where the C compiler puts it), checked against ctypes' layout."""
+    import struct
+    codes = {ctypes.c_void_p: "Q", ctypes.c_int32: "i", ctypes.c_int64: "q", ctypes.c_uint64: "Q",
+             ctypes.c_float: "f"}
+    parts, at = ["<"], 0
+
+    def walk(t, base):
+        nonlocal at
+        for name, ftype in t._fields_:
+            offset = base + getattr(t, name).offset
+            parts.append("x" * (offset - at))
+            if issubclass(ftype, ctypes.Structure):
+                at = offset
+                walk(ftype, offset)
+                continue
+            parts.append(codes[ftype])
+            at = offset + ctypes.sizeof(ftype)
+
+    walk(struct_type, 0)
+    parts.append("x" * (ctypes.sizeof(struct_type) - at))
+    layout = struct.Struct("".join(parts))
+    assert layout.size == ctypes.sizeof(struct_type), (layout.format, ctypes.sizeof(struct_type))
+    return layout
 
 
-def _decode_torch(torch, fmt, record_bytes, c_plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse,
-                  lse_base2, stream, shape):
-    """The per-step path for torch tensors with caller-provided outputs: the same checks as the
-    general path, read straight from the tensors (the overhead of an eager call, docs/PERF.md).
-    Returns False, having done nothing, when any check fails: the general path then raises the
-    precise error (or serves the case, e.g. uint16 BF16 bits)."""
-    Tensor = torch.Tensor
-    if not isinstance(q, Tensor) or q.dim() != 3 or not isinstance(indices, Tensor) or indices.dim() != 2:
+class _FastDecode:
+    """What every eager call of one plan with torch tensors shares: the expected shapes, the torch
+    dtypes, the packer of the C call's argument struct and the addresses of the plan's structs."""
+    _layout = None
+
+    def __init__(self, torch, plan):
+        if _FastDecode._layout is None:
+            _FastDecode._layout = _call_layout(_lib.SparseDecodeCall)
+        self.tensor = torch.Tensor
+        self.bf16, self.u8, self.i32, self.f32 = torch.bfloat16, torch.uint8, torch.int32, torch.float32
+        rows, heads, topk = plan.rows, plan.heads, plan.topk
+        self.q_shape, self.indices_shape, self.rows_shape = (rows, heads, QK_DIM), (rows, topk), (rows,)
+        self.out_shape, self.lse_shape = (rows, heads, LATENT_DIM), (rows, heads)
+        self.rows, self.heads, self.topk, self.record_bytes = rows, heads, topk, plan.record_bytes
+        self.workspace_bytes = plan.workspace_bytes
+        self.pack = self._layout.pack
+        self.format_ptr, self.plan_ptr = ctypes.addressof(plan._format), ctypes.addressof(plan._c)
+        self.current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # None: a CPU-only torch
+
+
+def _decode_torch(plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse, lse_base2, stream):
+    """The per-step path for torch tensors with caller-provided outputs: the general path's checks
+    read straight from the tensors and one C call with every argument in one packed struct (the
+    overhead of an eager call, docs/PYTHON.md). Returns False, having done nothing, when any check
+    fails: the general path then raises the precise error (or serves the case, e.g. uint16 BF16
+    bits, or tensor subclasses)."""
+    f = plan._fast
+    if f is None:
+        torch = sys.modules.get("torch")
+        if torch is None or plan.rows is None:
+            return False
+        f = plan._fast = _FastDecode(torch, plan)
+    T = f.tensor
+    if not (type(q) is T and type(cache) is T and type(indices) is T and type(out) is T and type(lse) is T):
         return False
-    rows, heads, topk = shape
-    rows = q.shape[0] if rows is None else rows
-    heads = q.shape[1] if heads is None else heads
-    topk = indices.shape[1] if topk is None else topk
     device = q.get_device()
-    if device < 0 or not isinstance(cache, Tensor) or cache.dim() < 2:
+    if (device < 0 or q.dtype is not f.bf16 or q.shape != f.q_shape or not q.is_contiguous() or
+            indices.dtype is not f.i32 or indices.shape != f.indices_shape or not indices.is_contiguous() or
+            indices.get_device() != device or
+            out.dtype is not f.bf16 or out.shape != f.out_shape or not out.is_contiguous() or
+            out.get_device() != device or
+            lse.dtype is not f.f32 or lse.shape != f.lse_shape or not lse.is_contiguous() or
+            lse.get_device() != device or
+            cache.dtype is not f.u8 or cache.dim() < 2 or cache.shape[-1] != f.record_bytes or
+            not cache.is_contiguous() or cache.get_device() != device):
         return False
-    cache_shape = cache.shape
-    q_ptr = _ptr(q, Tensor, torch.bfloat16, (rows, heads, QK_DIM), device)
-    cache_ptr = _ptr(cache, Tensor, torch.uint8, cache_shape, device) if cache_shape[-1] == record_bytes else None
-    indices_ptr = _ptr(indices, Tensor, torch.int32, (rows, topk), device)
-    out_ptr = _ptr(out, Tensor, torch.bfloat16, (rows, heads, LATENT_DIM), device)
-    lse_ptr = _ptr(lse, Tensor, torch.float32, (rows, heads), device)
-    length_ptr = None if topk_length is None else _ptr(topk_length, Tensor, torch.int32, (rows,), device)
-    ws_ptr, ws_bytes = None, 0
+    length_ptr = 0
+    if topk_length is not None:
+        if not (type(topk_length) is T and topk_length.dtype is f.i32 and topk_length.shape == f.rows_shape and
+                topk_length.is_contiguous() and topk_length.get_device() == device):
+            return False
+        length_ptr = topk_length.data_ptr()
+    ws_ptr = ws_bytes = 0
     if workspace is not None:
-        if not isinstance(workspace, Tensor):
+        if not (type(workspace) is T and workspace.dtype is f.u8 and workspace.is_contiguous() and
+                workspace.get_device() == device):
             return False
-        ws_bytes = workspace.numel()
-        ws_ptr = _ptr(workspace, Tensor, torch.uint8, workspace.shape, device)
-        if ws_ptr is None:
-            return False
-    if (None in (q_ptr, cache_ptr, indices_ptr, out_ptr, lse_ptr) or (topk_length is not None and length_ptr is None)
-            or ws_bytes < c_plan.workspace_bytes):
+        ws_ptr, ws_bytes = workspace.data_ptr(), workspace.numel()
+    if ws_bytes < f.workspace_bytes:
         return False
-    s = torch._C._cuda_getCurrentRawStream(device) if stream is None else _tensor.stream_handle(stream)
-    problem = Attention(q_ptr, rows, heads, cache_ptr, cache.numel() // record_bytes, indices_ptr, topk, length_ptr,
-                        float(sm_scale), 1 if lse_base2 else 0)
-    _lib.call(lib.nvfp4mla_cuda_sparse_decode, byref(fmt), byref(problem), byref(c_plan), ws_ptr, ws_bytes, out_ptr,
-              lse_ptr, device, s)
+    status = lib.nvfp4mla_cuda_sparse_decode_call(f.pack(
+        f.format_ptr, f.plan_ptr, q.data_ptr(), f.rows, f.heads, cache.data_ptr(), cache.numel() // f.record_bytes,
+        indices.data_ptr(), f.topk, length_ptr, sm_scale, 1 if lse_base2 else 0, ws_ptr, ws_bytes, out.data_ptr(),
+        lse.data_ptr(), device, f.current_stream(device) if stream is None else _tensor.stream_handle(stream)))
+    if status:
+        _lib.fail(status)
     return True
 
 
@@ -177,23 +237,18 @@ def sparse_decode(q, cache, indices, topk_length, sm_scale, plan, workspace, out
     plan: from :func:`plan_decode` for this format and q's rows/heads and indices' topk.
     workspace: uint8, at least ``plan.workspace_bytes``, 256-byte aligned (None when that is 0).
     Returns (out bfloat16 [rows, heads, 512], lse float32 [rows, heads]); ``lse_base2`` gives log2."""
-    return decode_with(plan._format, plan.record_bytes, plan._c, q, cache, indices, topk_length, sm_scale, workspace,
-                       out, lse, lse_base2, stream, (plan.rows, plan.heads, plan.topk))
-
-
-def decode_with(fmt, record_bytes, c_plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse,
-                lse_base2=False, stream=None, shape=(None, None, None)):
-    """sparse_decode with the format and plan given as C structs (what the torch ops pass); `shape`
-    is the plan's (rows, heads, topk) when known."""
-    torch = sys.modules.get("torch")
-    if (torch is not None and out is not None and lse is not None and
-            _decode_torch(torch, fmt, record_bytes, c_plan, q, cache, indices, topk_length, sm_scale, workspace, out,
-                          lse, lse_base2, stream, shape)):
+    if (out is not None and lse is not None and
+            _decode_torch(plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse, lse_base2, stream)):
         return out, lse
+    return _decode_checked(plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse, lse_base2, stream)
+
+
+def _decode_checked(plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse, lse_base2, stream):
+    """sparse_decode through the general path: any tensor type, precise errors, outputs allocated."""
     op = "sparse_decode"
     s = resolve_stream(stream, q)
     vq, vc, vi, vl = _views(s, q, cache, indices, topk_length)
-    problem = _problem(op, vq, vc, vi, vl, record_bytes, sm_scale, lse_base2, *shape)
+    problem = _problem(op, vq, vc, vi, vl, plan.record_bytes, sm_scale, lse_base2, plan.rows, plan.heads, plan.topk)
     rows, heads = problem.rows, problem.heads
     require_device(op, (("q", vq), ("cache", vc), ("indices", vi), ("topk_length", vl)), CUDA)
     out, vo = _output(op, "out", out, vq, (rows, heads, LATENT_DIM), _BF16, s)
@@ -205,11 +260,11 @@ def decode_with(fmt, record_bytes, c_plan, q, cache, indices, topk_length, sm_sc
         check(vw, op, "workspace", ("uint8",), (None,) * len(vw.shape))
         ws_ptr, ws_bytes = vw.ptr, _numel(vw.shape)
         named.append(("workspace", vw))
-    if ws_bytes < c_plan.workspace_bytes:
-        raise _lib.ArgumentError(f"{op}: the plan needs a workspace of {c_plan.workspace_bytes} bytes, got {ws_bytes}")
+    if ws_bytes < plan.workspace_bytes:
+        raise _lib.ArgumentError(f"{op}: the plan needs a workspace of {plan.workspace_bytes} bytes, got {ws_bytes}")
     device = require_device(op, named, CUDA)
-    _lib.call(lib.nvfp4mla_cuda_sparse_decode, byref(fmt), byref(problem), byref(c_plan), ws_ptr, ws_bytes, vo.ptr,
-              vs.ptr, device, s)
+    _lib.call(lib.nvfp4mla_cuda_sparse_decode, byref(plan._format), byref(problem), byref(plan._c), ws_ptr, ws_bytes,
+              vo.ptr, vs.ptr, device, s)
     return out, lse
 
 

@@ -45,7 +45,8 @@ from torch import Tensor
 
 from . import _lib
 from . import selection as _sel
-from .attention import PLAN_FIELDS, decode_with, extend_with, scores_with
+from .attention import DecodePlan, _decode_torch, extend_with, scores_with
+from .attention import sparse_decode as _sparse_decode
 from .records import LATENT_DIM
 from .records import gather_records as _gather_records
 from .records import scatter_records as _scatter_records
@@ -73,14 +74,13 @@ def _format(cache_dtype, rope, scale_mode, layer_scale):
     return found
 
 
-def _plan(fields):
-    key = tuple(fields)
+def _plan(fields, cache_dtype, rope, scale_mode, layer_scale):
+    """The DecodePlan of DecodePlan.as_list() for the named format (cached)."""
+    key = (tuple(fields), cache_dtype, rope, scale_mode, layer_scale)
     found = _plans.get(key)
     if found is None:
-        if len(key) != len(PLAN_FIELDS):
-            raise _lib.ArgumentError(f"plan must list {len(PLAN_FIELDS)} ints ({', '.join(PLAN_FIELDS)}), "
-                                     f"got {len(key)}")
-        found = _plans[key] = _lib.DecodePlanC(*key, 0)  # the library checks the workspace size
+        fmt, rb = _format(cache_dtype, rope, scale_mode, layer_scale)
+        found = _plans[key] = DecodePlan.from_list(fields, fmt, rb)
     return found
 
 
@@ -122,8 +122,8 @@ def _(src, slots, cache):
 def _sparse_decode_op(q: Tensor, cache: Tensor, indices: Tensor, topk_length: Optional[Tensor], sm_scale: float,
                       plan: List[int], workspace: Tensor, output: Tensor, lse: Tensor, cache_dtype: str,
                       rope: str, scale_mode: str, layer_scale: float, lse_base2: bool) -> None:
-    fmt, rb = _format(cache_dtype, rope, scale_mode, layer_scale)
-    decode_with(fmt, rb, _plan(plan), q, cache, indices, topk_length, sm_scale, workspace, output, lse, lse_base2)
+    _sparse_decode(q, cache, indices, topk_length, sm_scale, _plan(plan, cache_dtype, rope, scale_mode, layer_scale),
+                   workspace if workspace.numel() else None, output, lse, lse_base2=lse_base2)
 
 
 @_sparse_decode_op.register_fake
@@ -307,8 +307,42 @@ def _attention_outputs(q, out, lse):
     return out, lse
 
 
+# The eager shortcut past the dispatcher (see _direct).
+_function_modes = getattr(torch._C, "_len_torch_function_stack", None)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+
+
+def _direct():
+    """True when an op call may skip the dispatcher and run the library directly with the same
+    effect: eager (torch.compile is not tracing), no torch function or dispatch mode active
+    (fake tensors, functionalization, proxies) and autograd off (engines run their model under
+    inference_mode; the op has no autograd formula either way)."""
+    return (_function_modes is not None and _dispatch_modes is not None and _is_compiling is not None and
+            not torch.is_grad_enabled() and not _is_compiling() and _function_modes() == 0 and
+            _dispatch_modes() == 0)
+
+
+def _mutated(*tensors):
+    """What the dispatcher does for an op's mutated arguments, done for the direct path: bump their
+    version counters (inference mode keeps none)."""
+    if not torch.is_inference_mode_enabled():
+        for t in tensors:
+            if t is not None:
+                torch.autograd.graph.increment_version(t)
+
+
 def sparse_decode(q, cache, indices, topk_length, sm_scale, plan, workspace, out=None, lse=None, lse_base2=False):
-    """nvfp4mla.sparse_decode through torch.ops.nvfp4mla.sparse_decode; returns (out, lse)."""
+    """nvfp4mla.sparse_decode as torch.ops.nvfp4mla.sparse_decode; returns (out, lse).
+
+    Eager calls with autograd off (inference_mode, no_grad), plain CUDA tensors and caller-provided
+    out/lse go straight to the library, as the op would, without the dispatcher's overhead (tens
+    of microseconds for a Python custom op); traced or compiled code, and every other call, goes
+    through the op."""
+    if (out is not None and lse is not None and _direct() and
+            _decode_torch(plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse, lse_base2, None)):
+        _mutated(out, lse, workspace)
+        return out, lse
     out, lse = _attention_outputs(q, out, lse)
     if workspace is None:
         workspace = torch.empty(0, dtype=torch.uint8, device=q.device)

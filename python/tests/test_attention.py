@@ -77,7 +77,8 @@ def test_plan_decode_fields_and_workspace():
     partial_lse = 4 * 128 * plan.splits * 4
     align = lambda n: (n + 255) // 256 * 256  # noqa: E731
     assert plan.workspace_bytes == align(partial_out) + align(partial_lse)
-    assert len(plan.as_list()) == 10
+    assert len(plan.as_list()) == 15
+    assert nvfp4mla.DecodePlan.from_list(plan.as_list(), plan._format, plan.record_bytes).as_list() == plan.as_list()
     one = nvfp4mla.plan_decode(cfg, rows=4, heads=128, topk=2048, sm_count=132, splits=1)
     assert one.splits == 1 and one.workspace_bytes == 0
     h16 = nvfp4mla.plan_decode(cfg, rows=128, heads=16, topk=2048, sm_count=132)
@@ -133,3 +134,17 @@ def test_cuda_entry_points_without_a_device():
         pytest.skip("a CUDA device is visible")
     with pytest.raises(nvfp4mla.Error):
         nvfp4mla.cuda_sm_count(0)
+
+
+def test_sparse_decode_call_packs_the_c_struct():
+    """The eager torch path packs nvfp4mla_sparse_decode_call with struct: the same bytes as the
+    ctypes mirror of c_api.h, padding included, and the library reads it."""
+    from nvfp4mla import _lib
+    from nvfp4mla.attention import _call_layout
+    layout = _call_layout(_lib.SparseDecodeCall)
+    c = _lib.SparseDecodeCall(11, 12, _lib.Attention(13, 14, 15, 16, 17, 18, 19, 20, 0.5, 1), 21, 22, 23, 24, 3, 25)
+    assert layout.pack(11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 0.5, 1, 21, 22, 23, 24, 3, 25) == bytes(c)
+    status = _lib.lib.nvfp4mla_cuda_sparse_decode_call(layout.pack(*[0] * 18))
+    assert status != 0
+    if nvfp4mla.built_with_cuda():
+        assert b"format is required" in _lib.lib.nvfp4mla_last_error()

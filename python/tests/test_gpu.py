@@ -282,10 +282,13 @@ def test_non_contiguous_and_wrong_device_inputs_are_rejected():
 def test_library_errors_surface_as_exceptions():
     cfg = nvfp4mla.FormatConfig()
     q, cache, indices, _ = make_problem(cfg, rows=4, heads=16, topk=64, seed=15)
-    planned_for_2048 = nvfp4mla.plan_decode(cfg, 4, 16, 2048, splits=1)
-    # The op passes the plan as ints and leaves the shape check to the library.
-    with pytest.raises(nvfp4mla.Error, match="sparse decode: the plan does not match rows/heads/topk"):
-        nvt.sparse_decode(q, cache, indices, None, 0.1, planned_for_2048, None)
+    p = nvfp4mla.plan_decode(cfg, 4, 16, 2048, splits=1)
+    # The planner's fields of another problem under this problem's shapes: only the library can tell.
+    forged = nvfp4mla.DecodePlan.from_list(p.as_list()[:10] + [4, 16, 64, p.sm_count, p.workspace_bytes], p._format,
+                                           p.record_bytes)
+    for decode in (nvfp4mla.sparse_decode, nvt.sparse_decode):
+        with pytest.raises(nvfp4mla.Error, match="sparse decode: the plan does not match rows/heads/topk"):
+            decode(q, cache, indices, None, 0.1, forged, None)
 
 
 # ---- torch ops ------------------------------------------------------------------------------------------

@@ -1,4 +1,6 @@
 // C ABI: sparse MLA references and planner, and every GPU entry point.
+#include <cstring>
+
 #include "capi_support.h"
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/sparse_mla.h"
@@ -76,8 +78,10 @@ int nvfp4mla_plan_decode(const nvfp4mla_format* format, int32_t rows, int32_t he
 
 int nvfp4mla_cuda_sparse_decode_call(const nvfp4mla_sparse_decode_call* call) {
   if (!call) return guarded([] { require(nullptr, "sparse decode call"); });
-  return nvfp4mla_cuda_sparse_decode(call->format, &call->problem, call->plan, call->workspace, call->workspace_bytes,
-                                     call->out, call->lse, call->device, call->stream);
+  nvfp4mla_sparse_decode_call c;  // a copy: an interpreter's buffer need not be aligned for the struct
+  std::memcpy(&c, call, sizeof c);
+  return nvfp4mla_cuda_sparse_decode(c.format, &c.problem, c.plan, c.workspace, c.workspace_bytes, c.out, c.lse,
+                                     c.device, c.stream);
 }
 
 #if defined(NVFP4MLA_WITH_CUDA)
