@@ -100,9 +100,10 @@ def _from_torch(t, torch):
     dtype = _torch_dtype_names(torch).get(t.dtype)
     if dtype is None:
         dtype = str(t.dtype).replace("torch.", "")
-    if t.is_cuda:
-        device, index = CUDA, t.get_device()
-    elif t.device.type == "cpu":
+    index = t.get_device()  # -1 on the CPU
+    if index >= 0 and t.is_cuda:
+        device = CUDA
+    elif t.is_cpu:
         device, index = CPU, 0
     else:
         raise ArgumentError(f"tensors must be on the CPU or a CUDA device, got one on {t.device}")
@@ -237,7 +238,8 @@ def check(v, op, name, dtypes, dims, contiguous=True, writable=False):
     Raises ArgumentError naming the operation and the argument."""
     if v.dtype not in dtypes:
         raise ArgumentError(f"{op}: {name} must be {' or '.join(dtypes)}, got {v.describe()}")
-    if len(v.shape) != len(dims) or any(d is not None and d != s for d, s in zip(dims, v.shape)):
+    shape = v.shape
+    if len(shape) != len(dims) or not all(d is None or d == size for d, size in zip(dims, shape)):
         want = ", ".join("*" if d is None else str(d) for d in dims)
         raise ArgumentError(f"{op}: {name} must have shape [{want}], got {v.describe()}")
     if contiguous:

@@ -241,7 +241,8 @@ def indexer_logits(q, weights, keys, row_starts, row_ends, out=None, *, key_scal
 
     logit[r, j] = s_t * sum_h weights[r, h] * max(q[r, h] . k_t, 0) for key t = row_starts[r] + j.
     q: E4M3 [rows, heads, 128]; weights: float32 [rows, heads]; keys: per-token records uint8
-    [N, 132], or E4M3 values [N, 128] with ``key_scales`` float32 [N]; row_starts, row_ends: int32
+    [N, 132] (CPU only), or E4M3 values [N, 128] with ``key_scales`` float32 [N] (the GPU kernels
+    read 16-byte aligned key rows: :func:`gather_index_keys` gives them); row_starts, row_ends: int32
     [rows]. out: float32 [rows, width] (allocated when None; ``width`` defaults on the CPU to the
     longest row), -inf past each row's length. GPU: bad ranges are counted in ``invalid_count``
     (allocated when None) and nothing is written when it is not zero. Returns out."""

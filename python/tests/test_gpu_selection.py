@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import nvfp4mla
-from test_selection import numpy_logits, random_keys, random_query
+from test_selection import numpy_logits, random_keys, random_query, split_records
 
 torch = pytest.importorskip("torch")
 if not (torch.cuda.is_available() and nvfp4mla.built_with_cuda() and nvfp4mla.cuda_device_count() > 0):
@@ -78,7 +78,9 @@ def test_indexer_logits_ragged_within_the_tolerance():
     records = nvfp4mla.encode_index_keys(random_keys(700, seed=3))
     starts = np.array([0, 100, 699, 700, 3, 0], np.int32)
     ends = np.array([700, 612, 700, 700, 4, 517], np.int32)
-    got = nvfp4mla.indexer_logits(gpu(q), gpu(w), gpu(records), gpu(starts), gpu(ends), width=704).cpu().numpy()
+    values, scales = (gpu(a) for a in split_records(records))  # the GPU reads split keys
+    got = nvfp4mla.indexer_logits(gpu(q), gpu(w), values, gpu(starts), gpu(ends), key_scales=scales,
+                                  width=704).cpu().numpy()
     want = nvfp4mla.indexer_logits(q, w, records, starts, ends, np.empty((6, 704), np.float32))
     _, bound = numpy_logits(q, w, records, starts, ends, 704)
     assert np.array_equal(np.isneginf(got), np.isneginf(want))
@@ -99,8 +101,9 @@ def test_indexer_logits_equal_the_cpu_on_exact_data(heads):
     records = nvfp4mla.encode_index_keys(exact_keys(300, seed=7))
     starts, ends = np.array([0, 10, 300, 5, 0, 299], np.int32), np.array([300, 200, 300, 6, 0, 300], np.int32)
     want = nvfp4mla.indexer_logits(q, w, records, starts, ends, np.empty((6, 300), np.float32))
-    got = nvfp4mla.indexer_logits(gpu(q), gpu(w), gpu(records), gpu(starts), gpu(ends),
-                                  torch.empty(6, 300, device=DEV))
+    values, scales = (gpu(a) for a in split_records(records))
+    got = nvfp4mla.indexer_logits(gpu(q), gpu(w), values, gpu(starts), gpu(ends), torch.empty(6, 300, device=DEV),
+                                  key_scales=scales)
     assert np.array_equal(got.cpu().numpy(), want)
 
 
@@ -179,11 +182,12 @@ def test_fused_select_equals_the_gpu_logits_then_topk():
         assert torch.equal(idx, want) and torch.equal(n, want_n)
     records = nvfp4mla.encode_index_keys(random_keys(900, seed=13))
     starts, ends = np.array([0, 100, 900, 5], np.int32), np.array([900, 612, 900, 6], np.int32)
-    ragged = [gpu(a) for a in (q[:4], w[:4], records, starts, ends)]
+    values, scales = split_records(records)
+    ragged = [gpu(a) for a in (q[:4], w[:4], values, starts, ends)]
     plan = nvfp4mla.plan_fused_select_ragged(4, 900, 50, chunk=256)
     ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=DEV)
-    idx, n = nvfp4mla.fused_select_ragged(*ragged, plan, ws)
-    logits = nvfp4mla.indexer_logits(*ragged, width=900)
+    idx, n = nvfp4mla.fused_select_ragged(*ragged, plan, ws, key_scales=gpu(scales))
+    logits = nvfp4mla.indexer_logits(*ragged, width=900, key_scales=gpu(scales))
     want, want_n = nvfp4mla.topk(logits, ragged[4] - ragged[3], 50)
     assert torch.equal(idx, want) and torch.equal(n, want_n)
 
