@@ -50,7 +50,7 @@ from .attention import sparse_decode as _sparse_decode
 from .records import LATENT_DIM
 from .records import gather_records as _gather_records
 from .records import scatter_records as _scatter_records
-from .records import write_cache_format
+from .records import _write_cache_torch, write_cache_format
 
 _formats = {}
 _plans = {}
@@ -281,7 +281,14 @@ def _names(config):
 
 
 def write_cache(kv_c, k_pe, cache, slot_mapping, config):
-    """nvfp4mla.write_cache through torch.ops.nvfp4mla.write_cache (mutates cache)."""
+    """nvfp4mla.write_cache as torch.ops.nvfp4mla.write_cache (mutates cache); eager calls with
+    autograd off and plain CUDA tensors go straight to the library, as sparse_decode does."""
+    T = torch.Tensor
+    if (type(kv_c) is T and type(k_pe) is T and type(cache) is T and type(slot_mapping) is T and _direct() and
+            _write_cache_torch(torch, config.format(), config.record_bytes, kv_c, k_pe, cache, slot_mapping, None,
+                               None)):
+        _mutated(cache)
+        return
     torch.ops.nvfp4mla.write_cache(kv_c, k_pe, cache, slot_mapping, *_names(config))
 
 
@@ -325,11 +332,10 @@ def _direct():
 
 def _mutated(*tensors):
     """What the dispatcher does for an op's mutated arguments, done for the direct path: bump their
-    version counters (inference mode keeps none)."""
-    if not torch.is_inference_mode_enabled():
-        for t in tensors:
-            if t is not None:
-                torch.autograd.graph.increment_version(t)
+    version counters (inference tensors have none)."""
+    for t in tensors:
+        if t is not None and not t.is_inference():
+            torch.autograd.graph.increment_version(t)
 
 
 def sparse_decode(q, cache, indices, topk_length, sm_scale, plan, workspace, out=None, lse=None, lse_base2=False):

@@ -291,6 +291,30 @@ def test_library_errors_surface_as_exceptions():
             decode(q, cache, indices, None, 0.1, forged, None)
 
 
+def test_eager_direct_path_equals_the_op():
+    """nvfp4mla.torch's functions skip the dispatcher when eager with autograd off: same bytes as
+    the op (autograd on), and the mutated tensors' versions bumped as the dispatcher does."""
+    cfg = nvfp4mla.FormatConfig(rope="fp8", scale_mode="dynamic")
+    plan, args = decode_args(cfg)
+    q, cache, indices, lengths, ws = args[0], args[1], args[2], args[3], args[6]
+    kv_c, k_pe = tokens(8, seed=30)
+    slots = torch.arange(8, device=DEV) * 3
+    results = []
+    for mode in (torch.enable_grad, torch.no_grad, torch.inference_mode):
+        written = cache.clone()
+        out = torch.empty(3, 16, 512, dtype=torch.bfloat16, device=DEV)
+        lse = torch.empty(3, 16, device=DEV)
+        versions = (written._version, out._version, lse._version)
+        with mode():
+            nvt.write_cache(kv_c, k_pe, written, slots, cfg)
+            nvt.sparse_decode(q, written, indices, lengths, 0.05, plan, ws, out, lse)
+        torch.cuda.synchronize()
+        assert all(after > before for after, before in zip((written._version, out._version, lse._version), versions))
+        results.append((written, out.view(torch.int16), lse))
+    for got in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0]))
+
+
 # ---- torch ops ------------------------------------------------------------------------------------------
 
 OPS = ("write_cache", "gather_records", "scatter_records", "sparse_decode", "sparse_extend", "sparse_scores")
