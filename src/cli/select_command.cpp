@@ -3,6 +3,7 @@
 // Second form: the rows' indexer logits (indexer.h, ragged form over per-token records, row r
 // scoring positions 0..lengths[r]-1) computed first, then the same top-k.
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,15 +70,24 @@ void select_cuda(const TopkArgs& host, const TopkOutputs& out) {
 // first form, so both forms share one top-k path).
 void logits_cuda(const IndexerRaggedArgs& host) {
   if (cuda_device_count() == 0) throw Error("--device cuda: no CUDA device is visible");
-  const size_t rows = static_cast<size_t>(host.rows);
+  const size_t rows = static_cast<size_t>(host.rows), n = static_cast<size_t>(host.num_keys);
+  // The GPU reads keys from 16-byte aligned rows: the records split into values and scales.
+  std::vector<uint8_t> values(n * index_key::kValueBytes);
+  std::vector<float> scales(n);
+  for (size_t t = 0; t < n; ++t) {
+    std::memcpy(&values[t * index_key::kValueBytes], host.key_values + t * host.key_value_stride, index_key::kValueBytes);
+    scales[t] = host.key_scales[t * host.key_scale_stride];
+  }
   DeviceBytes q(host.q, rows * host.heads * index_key::kDim), weights(host.weights, rows * host.heads * 4),
-      records(host.key_values, static_cast<size_t>(host.num_keys) * index_key::kRecordBytes),
-      starts(host.row_starts, rows * 4), ends(host.row_ends, rows * 4), logits(rows * host.logits_stride * 4), invalid(8);
+      key_values(values.data(), values.size()), key_scales(scales.data(), n * 4), starts(host.row_starts, rows * 4),
+      ends(host.row_ends, rows * 4), logits(rows * host.logits_stride * 4), invalid(8);
   IndexerRaggedArgs a = host;
   a.q = q.as<uint8_t>();
   a.weights = weights.as<float>();
-  a.key_values = records.as<uint8_t>();
-  a.key_scales = reinterpret_cast<const float*>(records.as<uint8_t>() + index_key::kScaleOffset);
+  a.key_values = key_values.as<uint8_t>();
+  a.key_value_stride = index_key::kValueBytes;
+  a.key_scales = key_scales.as<float>();
+  a.key_scale_stride = 1;
   a.row_starts = starts.as<int32_t>();
   a.row_ends = ends.as<int32_t>();
   a.logits = logits.as<float>();
