@@ -284,7 +284,7 @@ def write_cache(kv_c, k_pe, cache, slot_mapping, config):
     """nvfp4mla.write_cache as torch.ops.nvfp4mla.write_cache (mutates cache); eager calls with
     autograd off and plain CUDA tensors go straight to the library, as sparse_decode does."""
     T = torch.Tensor
-    if (type(kv_c) is T and type(k_pe) is T and type(cache) is T and type(slot_mapping) is T and _direct() and
+    if (_direct() and type(kv_c) is T and type(k_pe) is T and type(cache) is T and type(slot_mapping) is T and
             _write_cache_torch(torch, config.format(), config.record_bytes, kv_c, k_pe, cache, slot_mapping, None,
                                None)):
         _mutated(cache)
