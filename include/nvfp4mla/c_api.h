@@ -444,6 +444,7 @@ typedef struct nvfp4mla_topk_plan {
   int64_t segment_len;
   int32_t rows;
   uint64_t workspace_bytes;
+  int64_t candidates; /* candidate entries a split row may keep (0: the three histogram passes) */
 } nvfp4mla_topk_plan;
 
 NVFP4MLA_C_EXPORT int nvfp4mla_plan_topk(int32_t rows, int64_t columns, int32_t sm_count, nvfp4mla_topk_plan* plan);

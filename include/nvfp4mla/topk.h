@@ -90,7 +90,11 @@ void topk_reference(const TopkArgs& args, const TopkOutputs& out);
 //   row_per_cta: one CTA per row, one launch (many rows, or short rows).
 //   split_rows:  each row cut into `segments` segments of `segment_len` entries, one CTA each,
 //                in a few launches that share per-row histograms in the workspace (few long
-//                rows: 1 x 1,048,576 runs on 256 CTAs).
+//                rows: 1 x 1,048,576 runs on 256 CTAs). Usually the rows are read twice: a
+//                histogram of the keys' top 11 bits, then a filter that keeps the entries above
+//                the k-th entry's bin and, as candidates, those in it; one CTA per row finishes
+//                on the candidates. A row whose bin holds more than `candidates` entries takes
+//                more histogram passes over the whole row first, so no buffer can overflow.
 enum class TopkKernel : uint8_t { row_per_cta = 0, split_rows = 1 };
 const char* to_string(TopkKernel k);
 
@@ -98,20 +102,28 @@ struct TopkPlan {
   TopkKernel kernel = TopkKernel::row_per_cta;
   int segments = 1;         // CTAs per row
   int64_t segment_len = 0;  // entries per CTA (split_rows)
+  int64_t candidates = 0;   // candidate entries a split row may keep (split_rows; 0: never filter)
 };
 
 inline constexpr int kTopkCtasPerSm = 2;           // the planner aims at this many CTAs per SM
 inline constexpr int64_t kTopkMinSegment = 4096;   // ... without cutting rows finer than this,
 inline constexpr int64_t kTopkMaxSegment = 16384;  // ... and, once it splits, not coarser than this
+inline constexpr int64_t kTopkCandidates = 32768;  // the most candidates a split row may keep (and the default)
+// The planner filters (two reads of the rows and a finisher CTA per row) when rows x columns is
+// at least this; below it the finisher's fixed cost outweighs the two reads it saves (H200:
+// 1 x 1,048,576 and 4 x 163,840 are faster with the three histogram passes, 64 x 131,072 and
+// 16 x 1,048,576 with the filter).
+inline constexpr int64_t kTopkFilterMinEntries = int64_t(1) << 23;
 
 // The planner: rows x segments ~ kTopkCtasPerSm x sm_count CTAs, segments of at least
 // kTopkMinSegment entries; one segment per row means row_per_cta. Split rows get segments of at
 // most kTopkMaxSegment entries (H200: 16 x 1,048,576 took 235 us in 17 segments per row, 204 in
 // 34 and 181 in 66; docs/SELECTION.md). Throws Error for negative sizes or a non-positive SM count.
 TopkPlan plan_topk(int rows, int64_t columns, int sm_count);
-// A split_rows plan with `segments` segments per row (segment_len a multiple of 256); tests and
-// benchmarks use it to run a chosen split.
-TopkPlan split_topk_plan(int64_t columns, int segments);
+// A split_rows plan with `segments` segments per row (segment_len a multiple of 256) keeping up to
+// `candidates` (<= kTopkCandidates) candidate entries per row (-1: min(columns, kTopkCandidates); 0 forces the three
+// histogram passes); tests and benchmarks use it to run a chosen split.
+TopkPlan split_topk_plan(int64_t columns, int segments, int64_t candidates = -1);
 // Workspace bytes the plan needs for `rows` rows (0 for row_per_cta).
 size_t topk_workspace_bytes(const TopkPlan& plan, int rows);
 

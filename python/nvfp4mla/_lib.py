@@ -166,7 +166,7 @@ class TopkOutputs(Structure):
 
 class TopkPlanC(Structure):
     _fields_ = [("kernel", c_int32), ("segments", c_int32), ("segment_len", c_int64), ("rows", c_int32),
-                ("workspace_bytes", c_uint64)]
+                ("workspace_bytes", c_uint64), ("candidates", c_int64)]
 
 
 class FusedSelect(Structure):

@@ -318,7 +318,8 @@ def indexer_logits_paged(q, weights, cache, block_table, context_lens, out=None,
 
 class TopkPlan:
     """How the GPU top-k divides (rows, columns): ``kernel`` ("row_per_cta" or "split_rows"),
-    ``segments`` per row, ``segment_len``, and ``workspace_bytes`` (uint8, 16-byte aligned; 0 for
+    ``segments`` per row, ``segment_len``, ``candidates`` (the entries a split row may keep for its
+    finisher; 0: three histogram passes) and ``workspace_bytes`` (uint8, 16-byte aligned; 0 for
     row_per_cta). Reusable for every call with the same rows and columns."""
     KERNELS = ("row_per_cta", "split_rows")
 
@@ -327,22 +328,23 @@ class TopkPlan:
         self.rows, self.columns = c_plan.rows, columns
         self.kernel = self.KERNELS[c_plan.kernel]
         self.segments, self.segment_len = c_plan.segments, c_plan.segment_len
+        self.candidates = c_plan.candidates
         self.workspace_bytes = c_plan.workspace_bytes
 
     def as_list(self):
         """The plan as ints (for the torch ops): rows, columns, kernel, segments, segment_len,
-        workspace_bytes."""
+        workspace_bytes, candidates."""
         c = self._c
-        return [c.rows, self.columns, c.kernel, c.segments, c.segment_len, c.workspace_bytes]
+        return [c.rows, self.columns, c.kernel, c.segments, c.segment_len, c.workspace_bytes, c.candidates]
 
     @classmethod
     def from_list(cls, fields):
-        rows, columns, kernel, segments, segment_len, ws = (int(x) for x in fields)
-        return cls(TopkPlanC(kernel, segments, segment_len, rows, ws), columns)
+        rows, columns, kernel, segments, segment_len, ws, candidates = (int(x) for x in fields)
+        return cls(TopkPlanC(kernel, segments, segment_len, rows, ws, candidates), columns)
 
     def __repr__(self):
         return (f"TopkPlan(rows={self.rows}, columns={self.columns}, kernel={self.kernel}, segments={self.segments}, "
-                f"segment_len={self.segment_len}, workspace_bytes={self.workspace_bytes})")
+                f"segment_len={self.segment_len}, candidates={self.candidates}, workspace_bytes={self.workspace_bytes})")
 
 
 def plan_topk(rows, columns, sm_count=None, device=None):

@@ -107,7 +107,7 @@ TopkPlan topk_plan_of(const nvfp4mla_topk_plan* p, int rows) {
     throw Error("top-k: unknown plan kernel code " + std::to_string(p->kernel));
   if (p->rows != rows)
     throw Error("top-k: the plan was made for " + std::to_string(p->rows) + " rows, the values have " + std::to_string(rows));
-  return {static_cast<TopkKernel>(p->kernel), p->segments, p->segment_len};
+  return {static_cast<TopkKernel>(p->kernel), p->segments, p->segment_len, p->candidates};
 }
 
 // The plan the GPU chain runs: planned again from the arguments with the caller's chunk and SM
@@ -190,7 +190,7 @@ int nvfp4mla_plan_topk(int32_t rows, int64_t columns, int32_t sm_count, nvfp4mla
   return guarded([&] {
     require(plan, "plan");
     const TopkPlan p = plan_topk(rows, columns, sm_count);
-    *plan = {static_cast<int32_t>(p.kernel), p.segments, p.segment_len, rows, topk_workspace_bytes(p, rows)};
+    *plan = {static_cast<int32_t>(p.kernel), p.segments, p.segment_len, rows, topk_workspace_bytes(p, rows), p.candidates};
   });
 }
 

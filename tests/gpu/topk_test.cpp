@@ -82,18 +82,24 @@ struct GpuTopk {
   }
 };
 
-// The planner's plan, one CTA per row, and splits into 3 and into 256-entry segments.
+// The planner's plan, one CTA per row, and splits into 3 and into 256-entry segments; the splits
+// with the default candidate buffer, with none (three histogram passes for every row) and with a
+// small one (rows whose k-th entry's bin overflows it take the second or third pass).
 std::vector<TopkPlan> plans_for(int rows, int64_t columns, bool all = true) {
   std::vector<TopkPlan> p{plan_topk(rows, columns, sm_count()), TopkPlan{}};
   if (all) {
-    p.push_back(split_topk_plan(columns, 3));
-    p.push_back(split_topk_plan(columns, static_cast<int>(std::min<int64_t>(1000, (columns + 255) / 256))));
+    const int fine = static_cast<int>(std::min<int64_t>(1000, (columns + 255) / 256));
+    for (int64_t candidates : {int64_t(-1), int64_t(0), int64_t(300)}) {
+      p.push_back(split_topk_plan(columns, 3, candidates));
+      p.push_back(split_topk_plan(columns, fine, candidates));
+    }
   }
   return p;
 }
 
 std::string plan_name(const TopkPlan& p) {
-  return std::string(to_string(p.kernel)) + " x" + std::to_string(p.segments) + " of " + std::to_string(p.segment_len);
+  return std::string(to_string(p.kernel)) + " x" + std::to_string(p.segments) + " of " + std::to_string(p.segment_len) +
+         ", " + std::to_string(p.candidates) + " candidates";
 }
 
 // Where two results differ first (for the failure message).

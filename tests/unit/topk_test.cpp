@@ -284,3 +284,23 @@ TEST(TopkPlan, PlannerSplitsLongRowsAndKeepsManyRowsWhole) {
   EXPECT_THROW(plan_topk(-1, 10, sms), Error);
   EXPECT_THROW(plan_topk(1, 10, 0), Error);
 }
+
+TEST(TopkPlan, FiltersLargeWorkAndSizesTheCandidateBuffers) {
+  const int sms = 132;
+  // Rows x columns >= kTopkFilterMinEntries filter; smaller work takes the three passes.
+  EXPECT_EQ(plan_topk(64, 131072, sms).candidates, kTopkCandidates);
+  EXPECT_EQ(plan_topk(16, 1 << 20, sms).candidates, kTopkCandidates);
+  EXPECT_EQ(plan_topk(1, 1 << 20, sms).candidates, 0);
+  EXPECT_EQ(plan_topk(4, 163840, sms).candidates, 0);
+  // split_topk_plan: the default keeps min(columns, kTopkCandidates); explicit counts are kept.
+  EXPECT_EQ(split_topk_plan(5000, 3).candidates, 5000);
+  EXPECT_EQ(split_topk_plan(1 << 20, 3).candidates, kTopkCandidates);
+  EXPECT_EQ(split_topk_plan(1 << 20, 3, 0).candidates, 0);
+  EXPECT_EQ(split_topk_plan(1 << 20, 3, 300).candidates, 300);
+  EXPECT_THROW(split_topk_plan(1 << 20, 3, kTopkCandidates + 1), Error);
+  EXPECT_THROW(split_topk_plan(1 << 20, 3, -2), Error);
+  // The candidate buffers (8 bytes per candidate and 16 KB of sure entries per row) are in the
+  // workspace only when the plan filters.
+  const auto with = split_topk_plan(1 << 20, 64, 1000), without = split_topk_plan(1 << 20, 64, 0);
+  EXPECT_GE(topk_workspace_bytes(with, 3), topk_workspace_bytes(without, 3) + 3 * (1000 * 8 + kTopkMaxK * 4));
+}

@@ -2,15 +2,18 @@
 // Exact top-k on the GPU (CUDA builds only). Semantics: topk.h; the output equals
 // topk_reference bit for bit.
 //
-// Three passes of radix select over order-preserving 32-bit keys (11, 11 and 10 bits) find the
-// key T of the last selected entry and how many entries equal to T to take; a compaction in
-// column order (block prefix sums, and per-segment offsets for split rows) then writes the
-// entries above T and the first `need` entries equal to T, so the output is ascending with no
-// sort and no candidate buffer that could overflow: every pass counts every entry.
+// Radix select over order-preserving 32-bit keys (digits of 11, 11 and 10 bits) finds the key T
+// of the last selected entry and how many entries equal to T to take. Split rows whose entries
+// sharing the k-th entry's first digit (or first two) fit the plan's candidate buffer are then
+// filtered: one more read keeps the entries above that prefix and, as candidates, those with it;
+// a finisher CTA per row resolves the candidates and sorts the selected columns. Every other row
+// takes all three passes and a compaction in column order (block prefix sums and per-segment
+// offsets). The candidates are counted exactly before any is written, so no buffer can overflow.
+// docs/SELECTION.md describes the algorithm.
 //
 // All pointers are device pointers. Every buffer comes from the caller; nothing is allocated
 // and nothing synchronizes, so the call can be captured in a CUDA graph (split_rows plans issue
-// a cudaMemsetAsync of the workspace and three more kernels after it).
+// a cudaMemsetAsync of the workspace and up to five kernels after it).
 //
 // Data the host cannot see is checked on the device and counted in *error_count (when given;
 // read it after the stream work completes): a length outside 0..columns (the row then gives

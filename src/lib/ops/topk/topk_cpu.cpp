@@ -107,9 +107,12 @@ void topk_reference(const TopkArgs& a, const TopkOutputs& out) {
   if (out.values) std::copy(values.begin(), values.end(), out.values);
 }
 
-TopkPlan split_topk_plan(int64_t columns, int segments) {
+TopkPlan split_topk_plan(int64_t columns, int segments, int64_t candidates) {
   if (columns < 0 || segments < 1) throw Error("top-k plan: columns >= 0 and segments >= 1 required");
+  if (candidates < -1 || candidates > kTopkCandidates)
+    throw Error("top-k plan: candidates must be -1 or in 0.." + std::to_string(kTopkCandidates));
   TopkPlan p;
+  p.candidates = candidates < 0 ? std::min(columns, kTopkCandidates) : candidates;
   p.kernel = TopkKernel::split_rows;
   p.segment_len = std::max<int64_t>(256, ((columns + segments - 1) / segments + 255) / 256 * 256);
   p.segments = static_cast<int>(std::max<int64_t>(1, (columns + p.segment_len - 1) / p.segment_len));
@@ -125,7 +128,8 @@ TopkPlan plan_topk(int rows, int64_t columns, int sm_count) {
   int64_t segments = std::min(by_length, by_rows);
   if (segments > 1) {
     segments = std::max(segments, (columns + kTopkMaxSegment - 1) / kTopkMaxSegment);
-    const TopkPlan p = split_topk_plan(columns, static_cast<int>(segments));
+    const bool filter = int64_t(std::max(rows, 1)) * columns >= kTopkFilterMinEntries;
+    const TopkPlan p = split_topk_plan(columns, static_cast<int>(segments), filter ? -1 : 0);
     if (p.segments > 1) return p;
   }
   TopkPlan p;
@@ -135,7 +139,7 @@ TopkPlan plan_topk(int rows, int64_t columns, int sm_count) {
 
 size_t topk_workspace_bytes(const TopkPlan& plan, int rows) {
   if (plan.kernel != TopkKernel::split_rows || rows <= 0) return 0;
-  return topk_radix::split_layout(rows, plan.segments).total_bytes;
+  return topk_radix::split_layout(rows, plan.segments, plan.candidates).total_bytes;
 }
 
 }  // namespace nvfp4mla
