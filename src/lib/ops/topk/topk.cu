@@ -357,7 +357,8 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   for (int b = threadIdx.x; b < kDigitBins; b += kThreads)
     if (s.hist[b]) atomicAdd(&w.hist[PASS * kBins + b], s.hist[b]);
-  write_suffix<kDigitBins>(s, w.suffix + size_t(seg) * kSegmentSuffixWords);
+  // Passes 0 and 1 keep the counts only for a plan that can filter (they give the filter's offsets).
+  if (PASS == 2 || candidates > 0) write_suffix<kDigitBins>(s, w.suffix + size_t(seg) * kSegmentSuffixWords);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) s.last = atomicAdd(&w.state->arrived[PASS], 1u) == nseg - 1;
