@@ -505,10 +505,11 @@ __global__ void __launch_bounds__(kThreads) topk_split_write(TopkArgs a, TopkOut
                   w.offsets[size_t(seg) * kSegmentOffsetWords + 1], error_count);
 }
 
-constexpr int kSortItems = kTopkMaxK / kThreads;
-using BlockSortU32 = cub::BlockRadixSort<uint32_t, kThreads, kSortItems>;
-
+// The finisher sorts kSortItems columns per thread: 4 for k <= 2048 (half the sort's work), 8 up
+// to kTopkMaxK.
+template <int kSortItems>
 struct FinishStorage {
+  using BlockSortU32 = cub::BlockRadixSort<uint32_t, kThreads, kSortItems>;
   uint32_t hist[kBins];
   union {
     typename BlockScanU32::TempStorage scan;
@@ -521,8 +522,8 @@ struct FinishStorage {
 // One radix pass of the finisher over n keys given by key_of(i) (false: not counted): the
 // digit of pass PASS among the keys whose higher digits equal `prefix`. Extends prefix, lowers
 // k_rem, returns how many keys share the extended prefix.
-template <int PASS, class KeyOf>
-__device__ uint32_t finish_pass(FinishStorage& s, uint32_t n, uint32_t& prefix, uint32_t& k_rem, KeyOf key_of) {
+template <int PASS, class Storage, class KeyOf>
+__device__ uint32_t finish_pass(Storage& s, uint32_t n, uint32_t& prefix, uint32_t& k_rem, KeyOf key_of) {
   constexpr int kShift = digit_shift(PASS);
   constexpr uint32_t kMask = (1u << digit_bits(PASS)) - 1;
   for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
@@ -560,10 +561,11 @@ __device__ uint32_t finish_pass(FinishStorage& s, uint32_t n, uint32_t& prefix, 
 // many entries equal to it to take (need); if fewer than all of those, three more passes over
 // their columns find the need smallest. The sure entries, the candidates above T and the chosen
 // ones equal to it are sorted by column and written.
+template <int kSortItems>
 __global__ void __launch_bounds__(kThreads) topk_split_finish(TopkArgs a, TopkOutputs o, int segments, int64_t candidates,
                                                               void* ws, unsigned long long* error_count) {
   extern __shared__ uint32_t keys[];
-  __shared__ FinishStorage s;
+  __shared__ FinishStorage<kSortItems> s;
   wait_for_previous_kernel();
   const int row = blockIdx.x;
   const int64_t len = row_length(a, row, nullptr);
@@ -642,7 +644,7 @@ __global__ void __launch_bounds__(kThreads) topk_split_finish(TopkArgs a, TopkOu
       }
   }
   __syncthreads();
-  const uint32_t count = min(s.count, static_cast<uint32_t>(kTopkMaxK));
+  const uint32_t count = min(s.count, static_cast<uint32_t>(kThreads * kSortItems));  // <= k_eff by construction
   uint32_t cols[kSortItems];
 #pragma unroll
   for (int j = 0; j < kSortItems; ++j) {
@@ -651,7 +653,7 @@ __global__ void __launch_bounds__(kThreads) topk_split_finish(TopkArgs a, TopkOu
   }
   // Columns are below `columns` <= 2^31 - 1; the padding's low end_bit bits are all ones, above them.
   const int end_bit = 32 - __clz(static_cast<int>(a.columns));
-  BlockSortU32(s.temp.sort).Sort(cols, 0, end_bit);
+  typename FinishStorage<kSortItems>::BlockSortU32(s.temp.sort).Sort(cols, 0, end_bit);
   const float* v = a.values + int64_t(row) * a.stride;
   float x[kSortItems];
 #pragma unroll
@@ -731,10 +733,11 @@ void topk(const TopkArgs& a, const TopkPlan& plan, void* workspace, size_t works
                       plan.segment_len, plan.candidates, workspace, error_count);
   if (plan.candidates > 0) {
     const int key_bytes = static_cast<int>(plan.candidates * sizeof(uint32_t));
-    check(cudaFuncSetAttribute(topk_split_finish, cudaFuncAttributeMaxDynamicSharedMemorySize, key_bytes),
+    auto* finish = a.k <= kTopkMaxK / 2 ? topk_split_finish<kTopkMaxK / 2 / kThreads> : topk_split_finish<kTopkMaxK / kThreads>;
+    check(cudaFuncSetAttribute(finish, cudaFuncAttributeMaxDynamicSharedMemorySize, key_bytes),
           "top-k finisher shared memory");
-    launch_split_kernel(topk_split_finish, static_cast<unsigned>(a.rows), key_bytes, stream, pdl, "top-k finisher", a,
-                        out, plan.segments, plan.candidates, workspace, error_count);
+    launch_split_kernel(finish, static_cast<unsigned>(a.rows), key_bytes, stream, pdl, "top-k finisher", a, out,
+                        plan.segments, plan.candidates, workspace, error_count);
   }
 }
 
