@@ -1,6 +1,8 @@
 // C ABI: sparse MLA references and planner, and every GPU entry point.
 #include "capi_support.h"
+#include "nvfp4mla/arch.h"
 #include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/device.h"
 #include "nvfp4mla/sparse_mla.h"
 
 #if defined(NVFP4MLA_WITH_CUDA)
@@ -15,9 +17,26 @@
 namespace nvfp4mla::capi {
 namespace {
 
-DecodePlan plan_of(const nvfp4mla_decode_plan* p) {
+// The architecture the C API plans for: the current CUDA device's, with the caller's SM count;
+// without one, compute capability 9.0 (the H200).
+ArchSpec arch_for_plan(int32_t sm_count) {
+#if defined(NVFP4MLA_WITH_CUDA)
+  if (cuda_device_count() > 0) {
+    ArchSpec a = current_device_arch();
+    if (sm_count <= 0) throw Error("decode plan: SM count must be positive");
+    a.sm_count = sm_count;
+    return a;
+  }
+#endif
+  return arch_spec(9, 0, sm_count);
+}
+
+// A C plan names no kernel: it is the planner's choice for the current device (what
+// nvfp4mla_plan_decode planned with), format and head count.
+DecodePlan plan_of(const nvfp4mla_decode_plan* p, const RecordSpec& spec, int heads) {
   require(p, "decode plan");
   DecodePlan d;
+  d.kernel = heads > 0 ? default_decode_kernel(arch_for_plan(1), spec, heads) : DecodeKernel::sm80_mma;  // SMs do not matter
   d.head_group = p->head_group;
   d.num_head_groups = p->num_head_groups;
   d.warps = p->warps;
@@ -105,7 +124,7 @@ int nvfp4mla_plan_decode(const nvfp4mla_format* format, int32_t rows, int32_t he
   return guarded([&] {
     require(plan, "plan");
     if (forced_splits < 0) throw Error("decode plan: splits must not be negative (0: the planner's choice)");
-    const DecodePlan d = plan_sparse_decode(spec_of(format), rows, heads, topk, sm_count, forced_splits);
+    const DecodePlan d = plan_sparse_decode(spec_of(format), rows, heads, topk, arch_for_plan(sm_count), forced_splits);
     *plan = {d.head_group, d.num_head_groups, d.warps, d.tile_tokens, d.ctas_per_sm, d.stages, d.num_tiles,
              d.splits, d.tiles_per_split, d.partial_bytes, decode_workspace_layout(d, rows, heads).total_bytes};
   });
@@ -166,8 +185,8 @@ int nvfp4mla_cuda_sparse_decode(const nvfp4mla_format* format, const nvfp4mla_at
   return guarded([&] {
     const RecordSpec spec = spec_of(format);
     const SparseMlaArgs a = attention_args(problem, format->layer_scale);
-    const DecodePlan d = plan_of(plan);
     DeviceScope scope(device);
+    const DecodePlan d = plan_of(plan, spec, a.heads);
     cuda::sparse_decode(spec, a, d, workspace, workspace_bytes, out, lse, stream_of(stream));
   });
 }
@@ -196,7 +215,8 @@ int nvfp4mla_cuda_decode_numerics(const nvfp4mla_format* format, const nvfp4mla_
                                   int32_t* rounds_k_to_bf16, int32_t* weights_are_bf16) {
   return guarded([&] {
     const RecordSpec spec = spec_of(format);
-    const DecodePlan d = plan_of(plan);
+    require(plan, "decode plan");
+    const DecodePlan d = plan_of(plan, spec, plan->head_group * plan->num_head_groups);
     require(rounds_k_to_bf16, "rounds_k_to_bf16");
     require(weights_are_bf16, "weights_are_bf16");
     *rounds_k_to_bf16 = cuda::decode_rounds_k_to_bf16(spec, d) ? 1 : 0;

@@ -1,8 +1,9 @@
+#pragma once
 // 16-head sparse decode for NVFP4 records on sm_90a: warpgroup MMAs with the entries as M.
 //
 // With 16 heads every K value serves only 16 query rows, so a kernel spends its time on the
 // dequantization and on the fixed costs around the MMAs, not on the MMAs. The portable 16-head
-// kernel (sparse_decode_h16.cu) feeds mma.sync from registers: per warp and 32 entries it ran
+// kernel (sm80/h16_kernel.cuh) feeds mma.sync from registers: per warp and 32 entries it ran
 // ~960 instructions, of which the score chains, the exchange of four partial score blocks, the
 // transposition of every K fragment (movmatrix) and 100 HMMA were most of the overhead. Here the
 // MMAs are transposed so that the entries are the M of wgmma:
@@ -37,8 +38,8 @@
 
 #include "device/cuda_check.h"
 #include "nvfp4mla/error.h"
-#include "ops/sparse_mla/decode_common.cuh"
-#include "ops/sparse_mla/format_dispatch.cuh"
+#include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/kernel_shapes.h"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
 #include "ops/sparse_mla/wgmma_sm90.cuh"
@@ -58,8 +59,9 @@ constexpr int kSlabs = kLatentDim / 128;           // 4: a lane quad splits each
 // that their register loads a tile later find them there.
 constexpr int kPrefetchTiles = 2, kL2LineBytes = 128;
 constexpr int kCore = 128;                         // bytes of an 8x8 BF16 core matrix
-constexpr int kPlannerTile = decode_tile_config(16).tile_tokens;
-static_assert(kTile % kPlannerTile == 0 && kTile / kPlannerTile == kDecodeH16TileTiles);
+constexpr int kPlannerTile = decode::kPlannerTile;
+static_assert(kTile % kPlannerTile == 0 && kTile == decode::kSm90H16Tile && kThreads == 32 * decode::kSm90H16Warps,
+              "the planner's shape of this kernel (kernel_shapes.h)");
 
 // Shared memory (no-swizzle canonical layouts, wgmma_sm90.cuh):
 //   V^T per warpgroup: core (mc = M row / 8, kc = entry / 8) at (8 mc + kc) * 128: LBO 128, SBO 1024;
@@ -75,11 +77,11 @@ struct H16WgSmem {
   static constexpr size_t head_off = vote_off + size_t(kWarpgroups) * 4 * 4;  // merge: warpgroup 1's m and l
   static constexpr size_t scale_off = head_off + size_t(2) * kHeads * 4;  // per thread, 2 tiles: outer-scale fields
   static constexpr size_t idx_off = scale_off + size_t(kThreads) * 2 * 16;  // the split's top-k indices
-  static constexpr size_t max_total = kDecodeSmemPerBlock;
+  static constexpr size_t max_total = decode::kSmemBudgetPerBlock;
   static constexpr size_t total(int split_entries) { return idx_off + size_t(split_entries) * 4; }
   static_assert(vt_bytes >= size_t(kHeads) * kLatentDim * 4, "warpgroup 1 hands its O^T over in its V^T buffer");
 };
-static_assert(H16WgSmem::total(kDecodeH16MaxSplitEntries) <= H16WgSmem::max_total);
+static_assert(H16WgSmem::total(decode::kSm90H16MaxSplitEntries) <= H16WgSmem::max_total);
 
 // The dim of logical k index k (0..15) of k16 step s (0..35).
 __host__ __device__ constexpr int logical_dim(int s, int k) {
@@ -587,15 +589,9 @@ void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cu
           "sparse decode (16 heads, sm_90): shared memory opt-in");
   });
   const int split_entries = (p.tiles_per_split * kPlannerTile + kTile - 1) / kTile * kTile;
-  if (split_entries > kDecodeH16MaxSplitEntries) throw Error("sparse decode (16 heads, sm_90): split of " + std::to_string(split_entries) + " entries");
+  if (split_entries > decode::kSm90H16MaxSplitEntries) throw Error("sparse decode (16 heads, sm_90): split of " + std::to_string(split_entries) + " entries");
   sparse_decode_h16_sm90_kernel<F><<<dim3(rows, head_groups, p.splits), kThreads, H16WgSmem::total(split_entries), stream>>>(p);
   check_launch("sparse decode (16 heads, sm_90) kernel launch");
 }
-
-#define NVFP4MLA_H16_SM90_FORMAT(R, M) \
-  template void launch_decode_h16_sm90<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::R, ScaleMode::M>>( \
-      const DecodeParams&, int, int, cudaStream_t);
-NVFP4MLA_FOR_EACH_NVFP4_FORMAT(NVFP4MLA_H16_SM90_FORMAT)
-#undef NVFP4MLA_H16_SM90_FORMAT
 
 }  // namespace nvfp4mla::cuda

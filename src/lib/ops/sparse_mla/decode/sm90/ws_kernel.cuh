@@ -1,269 +1,6 @@
-// Split-KV sparse MLA decode: two kernels behind one host API.
-//
-// Portable kernel (mma.sync; any head group on non-Hopper GPUs, 16/32-head groups everywhere):
-// one CTA = one query row x one group of HG heads (16, 32 or 64) x one split of the row's top-k
-// list; warp w owns head block w % NB (16 heads) and part w / NB of the work (CTA shape per head
-// group in decode_plan.h). Per KV tile:
-//   1. raw records arrive by cp.async (kStages tiles ahead) and are dequantized into a BF16 K
-//      tile in shared memory (invalid entries become zero rows and are never read);
-//   2. S = Q K^T: each warp computes its head block's scores for its share of the entries and
-//      shares them through shared memory, so every warp holds its head block's full scores;
-//   3. online softmax (base 2), P stays in registers as the A operand of
-//   4. O += P V: each warp accumulates 512/PARTS output dims of its 16 heads.
-// sm_90 kernel (64-head groups, wgmma, warp-specialized; 128 heads as 2-CTA clusters): see the
-// comment above sparse_decode_ws_kernel.
-// 16-head groups of NVFP4 records run kernels of their own: sparse_decode_h16_sm90.cu (wgmma,
-// sm_90) and sparse_decode_h16.cu (mma.sync, elsewhere).
-// Splits write fp32 partials (normalized output and base-2 LSE); a merge kernel combines them.
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
-#include <cmath>
-#include <cstdint>
-#include <cstdlib>
-#include <mutex>
-
-#include "device/cuda_check.h"
-#include "nvfp4mla/cuda/sparse_decode.h"
-#include "nvfp4mla/error.h"
-#include "ops/sparse_mla/cluster_sm90.cuh"
-#include "ops/sparse_mla/decode_common.cuh"
-#include "ops/sparse_mla/format_dispatch.cuh"
-#include "ops/sparse_mla/kv_tile.cuh"
-#include "ops/sparse_mla/mma_sm80.cuh"
-#include "ops/sparse_mla/wgmma_sm90.cuh"
-
-namespace nvfp4mla::cuda {
-namespace {
-
-// CTA shape per head block count (decode_plan.h holds the table the planner uses too).
-template <int NB> constexpr DecodeTileConfig kConfig = decode_tile_config(16 * NB);
-template <int NB, class F>
-struct DecodeSmem {
-  static constexpr int HG = 16 * NB, BN = kConfig<NB>.tile_tokens, kScoreStride = BN + 8;
-  static constexpr int stages = decode_stages(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow);
-  static constexpr size_t q_bytes = size_t(HG) * kRowStride * 2;
-  static constexpr size_t k_bytes = size_t(BN) * kRowStride * 2;
-  static constexpr size_t s_bytes = size_t(HG) * kScoreStride * 4;
-  static constexpr size_t raw_stage_bytes = F::kRawIsKRow ? 0 : size_t(BN) * F::kRecordBytes;
-  static constexpr size_t idx_bytes = size_t(2 * stages + 1) * BN * 4;
-  static constexpr size_t k_off = q_bytes, s_off = k_off + k_bytes, raw_off = s_off + s_bytes,
-                          idx_off = raw_off + stages * raw_stage_bytes, total = idx_off + idx_bytes;
-  static_assert(total == decode_smem_bytes(kConfig<NB>, F::kRecordBytes, F::kRawIsKRow, stages));
-  static_assert(total <= kDecodeSmemPerBlock);
-};
-
-
-// O += P V for a tile of NT * 8 entries: P (the packed weights `w`) is the A operand straight from
-// registers; V rows come from the K tile (`k_tile`, row stride kRowStride) by transposing
-// ldmatrix, output dims [dim0, dim0 + 8 * NT_O).
-template <int NT, int NT_O>
-__device__ __forceinline__ void pv_update(const uint32_t (&w)[NT][2], const __nv_bfloat16* k_tile, int dim0, int lane,
-                                          float (&o)[NT_O][4]) {
-#pragma unroll
-  for (int kk = 0; kk < NT / 2; ++kk) {
-    const uint32_t a[4] = {w[2 * kk][0], w[2 * kk][1], w[2 * kk + 1][0], w[2 * kk + 1][1]};
-    const __nv_bfloat16* v_base = k_tile + (kk * 16 + (lane & 15)) * kRowStride + dim0 + (lane >> 4) * 8;
-#pragma unroll
-    for (int n = 0; n < NT_O; n += 2) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, v_base + n * 8);
-      ptx::mma_bf16_16816(o[n], a, b[0], b[1]);
-      ptx::mma_bf16_16816(o[n + 1], a, b[2], b[3]);
-    }
-  }
-}
-
-// Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
-// the final BF16 output and LSE when there is one split, else this split's fp32 partial.
-template <int NT_O>
-__device__ __forceinline__ void store_outputs(const DecodeParams& p, const RowTotals& tot, const float (&o)[NT_O][4],
-                                              int row, int head0, int heads_here, int hb, int dim0, bool writes_lse,
-                                              int split, int lane) {
-  const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int h = hb * 16 + g + 8 * r;
-    if (h >= heads_here) continue;
-    const float inv = tot.inv[r], lse2 = tot.lse2[r];
-    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
-    if (p.splits == 1) {
-      __nv_bfloat16* dst = p.out + rh * kLatentDim + dim0 + 2 * t4;
-#pragma unroll
-      for (int n = 0; n < NT_O; ++n)
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = ptx::pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-      if (writes_lse && t4 == 0) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
-    } else {
-      const int64_t ps = rh * p.splits + split;
-      float* dst = p.part_out + ps * kLatentDim + dim0 + 2 * t4;
-#pragma unroll
-      for (int n = 0; n < NT_O; ++n)
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-      if (writes_lse && t4 == 0) p.part_lse[ps] = lse2;
-    }
-  }
-}
-
-template <int NB, class F>
-__global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) sparse_decode_kernel(const DecodeParams p) {
-  constexpr int kWarps = kConfig<NB>.warps;
-  constexpr int kThreads = 32 * kWarps;
-  constexpr int kTile = kConfig<NB>.tile_tokens;
-  using Smem = DecodeSmem<NB, F>;
-  constexpr int kScoreStride = Smem::kScoreStride;
-  constexpr int HG = Smem::HG;
-  constexpr int PARTS = kWarps / NB;
-  constexpr int TPW = kTile / PARTS;   // score columns per warp
-  constexpr int NT_S = TPW / 8;
-  constexpr int DPW = kLatentDim / PARTS;  // output dims per warp
-  constexpr int NT_O = DPW / 8;
-  static_assert(NT_S >= 1 && NT_O % 2 == 0);
-
-  extern __shared__ __align__(128) uint8_t smem[];
-  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
-  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
-  float* sS = reinterpret_cast<float*>(smem + Smem::s_off);
-  uint8_t* sRaw = F::kRawIsKRow ? reinterpret_cast<uint8_t*>(sK) : smem + Smem::raw_off;
-  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);
-
-  const int row = blockIdx.x, head0 = blockIdx.y * HG, split = blockIdx.z;
-  const int heads_here = min(HG, p.heads - head0);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int hb = warp % NB, part = warp / NB;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int len = row_length(p, row);
-  const int tile_begin = split * p.tiles_per_split;
-  const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
-
-  // Q rows of this head group (padding heads are zero).
-  constexpr int q_chunks = kQkDim / 8;
-  for (int c = tid; c < HG * q_chunks; c += kThreads) {
-    const int h = c / q_chunks, ch = c % q_chunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
-    *reinterpret_cast<uint4*>(sQ + h * kRowStride + 8 * ch) = v;
-  }
-  // Raw records travel kStages tiles ahead of the computed tile (a ring of kStages buffers; bf16
-  // records go straight into the K tile, one tile ahead) and their top-k indices kStages tiles
-  // further, both by cp.async: the group of tile u holds u's records and the indices of
-  // u + kStages (empty groups past the end keep the count uniform). sIdx is a ring of
-  // 2 kStages + 1 tiles of indices.
-  constexpr int kStages = Smem::stages;
-  constexpr int kIdxRing = 2 * kStages + 1;
-  auto raw_of = [&](int t) { return F::kRawIsKRow ? sRaw : sRaw + size_t(t % kStages) * Smem::raw_stage_bytes; };
-  auto idx_of = [&](int t) { return sIdx + (t % kIdxRing) * kTile; };
-  if (tid < kTile)
-    for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) issue_index_copy<kTile>(p, row, len, t, idx_of(t), tid);
-  ptx::cp_async_commit();
-  ptx::cp_async_wait_group<0>();
-  __syncthreads();
-  auto issue_group = [&](int u) {
-    if (u < tile_end) issue_record_copies<F, kThreads, kTile, F::kRawIsKRow>(p, len, u * kTile, idx_of(u), raw_of(u), tid);
-    if (tid < kTile && u + kStages < tile_end) issue_index_copy<kTile>(p, row, len, u + kStages, idx_of(u + kStages), tid);
-    ptx::cp_async_commit();
-  };
-  for (int t = tile_begin; t < tile_begin + kStages; ++t) issue_group(t);
-
-  float o[NT_O][4];
-#pragma unroll
-  for (int i = 0; i < NT_O; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  SoftmaxState st;
-
-  for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int32_t* idx = idx_of(tile);
-    auto valid_entry = [&](int e) { return slot_of_index(p, len, tile * kTile + e, idx[e]) >= 0; };
-    const uint8_t* raw = raw_of(tile);
-    ptx::cp_async_wait_group<kStages - 1>();
-    __syncthreads();
-    // 1. Dequantize into the K tile; masked entries become zero rows. Latent groups and RoPE
-    //    chunks run in separate loops so that no warp diverges between the two paths.
-    for (int u = tid; u < kTile * kLatentUnits; u += kThreads) {
-      const int t = u / kLatentUnits, k = u % kLatentUnits;
-      __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
-      if (p.debug_skip & 1) {
-        if (t == 0) store_16_zero(contiguous(dst));
-      } else if (!valid_entry(t)) {
-        store_16_zero(contiguous(dst));
-      } else if constexpr (!F::kRawIsKRow) {
-        dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
-      }
-    }
-    constexpr int kRopeUnits = kUnitsPerRow - kLatentUnits;
-    for (int u = tid; u < kTile * kRopeUnits; u += kThreads) {
-      const int t = u / kRopeUnits, k = kLatentUnits + u % kRopeUnits;
-      __nv_bfloat16* dst = sK + t * kRowStride + 16 * k;
-      if (!valid_entry(t)) {
-        store_16_zero(contiguous(dst));
-      } else if constexpr (!F::kRawIsKRow) {
-        dequant_unit<F>(raw + size_t(t) * F::kRecordBytes, k, p.layer_scale, dst);
-      }
-    }
-    __syncthreads();
-    if constexpr (!F::kRawIsKRow) {  // the buffer just dequantized takes tile + kStages
-      issue_group(tile + kStages);
-    }
-
-    // 2. Scores of this warp's columns.
-    float acc[NT_S][4];
-#pragma unroll
-    for (int j = 0; j < NT_S; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    const __nv_bfloat16* q_base = sQ + (hb * 16 + (lane & 15)) * kRowStride + (lane >> 4) * 8;
-    const int col0 = part * TPW;
-#pragma unroll 4
-    for (int kk = 0; kk < ((p.debug_skip & 2) ? 0 : kQkDim / 16); ++kk) {
-      uint32_t a[4];
-      ptx::ldmatrix_x4(a, q_base + kk * 16);
-      if constexpr (NT_S == 1) {
-        uint32_t b[2];
-        ptx::ldmatrix_x2(b, sK + (col0 + (lane & 7)) * kRowStride + kk * 16 + ((lane >> 3) & 1) * 8);
-        ptx::mma_bf16_16816(acc[0], a, b[0], b[1]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < NT_S; j += 2) {
-          uint32_t b[4];
-          ptx::ldmatrix_x4(b, sK + (col0 + j * 8 + (lane & 7) + ((lane >> 4) << 3)) * kRowStride + kk * 16 +
-                                  ((lane >> 3) & 1) * 8);
-          ptx::mma_bf16_16816(acc[j], a, b[0], b[1]);
-          ptx::mma_bf16_16816(acc[j + 1], a, b[2], b[3]);
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < NT_S; ++j) {
-      float* s0 = sS + (hb * 16 + g) * kScoreStride + col0 + j * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(s0) = make_float2(acc[j][0], acc[j][1]);
-      *reinterpret_cast<float2*>(s0 + 8 * kScoreStride) = make_float2(acc[j][2], acc[j][3]);
-    }
-    __syncthreads();
-
-    // 3. Online softmax over the full 16 x 64 score block of this head block.
-    float s[kTile / 8][4];
-#pragma unroll
-    for (int j = 0; j < kTile / 8; ++j) {
-      const float* s0 = sS + (hb * 16 + g) * kScoreStride + j * 8 + 2 * t4;
-      const float2 lo = *reinterpret_cast<const float2*>(s0);
-      const float2 hi = *reinterpret_cast<const float2*>(s0 + 8 * kScoreStride);
-      const bool v0 = valid_entry(j * 8 + 2 * t4), v1 = valid_entry(j * 8 + 2 * t4 + 1);
-      s[j][0] = v0 ? lo.x * p.scale_log2 : -INFINITY;
-      s[j][1] = v1 ? lo.y * p.scale_log2 : -INFINITY;
-      s[j][2] = v0 ? hi.x * p.scale_log2 : -INFINITY;
-      s[j][3] = v1 ? hi.y * p.scale_log2 : -INFINITY;
-    }
-    uint32_t w[kTile / 8][2];
-    softmax_update(s, st, o, w);
-
-    // 4. O += P V over this warp's output dims.
-    if (!(p.debug_skip & 4)) pv_update(w, sK, part * DPW, lane, o);
-    __syncthreads();
-    if constexpr (F::kRawIsKRow) {  // the K tile is free again: it takes the next tile's rows
-      issue_group(tile + 1);
-    }
-  }
-
-  store_outputs(p, row_totals(st), o, row, head0, heads_here, hb, part * DPW, part == 0, split, lane);
-}
-
-// ---- warp-specialized decode for 64-head tiles (sm_90a, wgmma) -----------------------------
+#pragma once
+// DecodeKernel::sm90_ws, sm90_ws_pair, sm90_ws_pair_wide: warp-specialized decode for 64-head
+// groups (sm_90a: wgmma, setmaxnreg, clusters).
 //
 // Four warpgroups per CTA of 64 query heads, KV tiles of 32 or 64 entries (kTile below):
 //  - two producer warpgroups gather raw records and dequantize each tile into one of two K
@@ -293,6 +30,24 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 // whose shared-memory reads balance the tensor rate where n32 reads 1.5x what the shared memory
 // delivers). Q and two 64-entry K buffers fill the shared memory, so those producers load their
 // records straight into registers, one step ahead (FlashMLA's FP8 kernel does the same).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "device/cuda_check.h"
+#include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/kernel_shapes.h"
+#include "ops/sparse_mla/decode/sm90/cluster.cuh"
+#include "ops/sparse_mla/kv_tile.cuh"
+#include "ops/sparse_mla/mma_sm80.cuh"
+#include "ops/sparse_mla/wgmma_sm90.cuh"
+
+namespace nvfp4mla::cuda {
+namespace {
+
 constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256, kWsProducers = 256,
               kWsThreads = kWsConsumers + kWsProducers;
 // setmaxnreg budgets (65536 registers for 512 threads): scores warpgroup, output warpgroup, each
@@ -312,8 +67,9 @@ struct WsRoles {
   static_assert(scores_dims % 128 == 0 && output_dims % 128 == 0, "n128 output MMAs");
 };
 constexpr int kBarProducer = 1, kBarConsumers = 2;
-static_assert(decode_tile_config(kWsHeads).tile_tokens == kWsTile, "the planner's tiles must match");
-static_assert(kWsWideTile == kDecodeWideTileTiles * kWsTile, "the planner rounds splits to whole wide tiles");
+static_assert(kWsTile == decode::kPlannerTile && kWsTile == decode::kWsTile && kWsWideTile == decode::kWsWideTile &&
+                  kWsHeads == decode::kWsHeads && kWsThreads == 32 * decode::kWsWarps,
+              "the planner's shape of this kernel (kernel_shapes.h)");
 
 // O[:, 128c, 128c + 128) += P V_c for each 128-dim chunk c of a consumer's accumulators (16 blocks
 // per chunk); `vd` is chunk 0's descriptor, chunks lie `chunk_bytes` apart. P from registers (rs)
@@ -371,12 +127,15 @@ struct WsSmem {
     return raw_off + stages * raw_stage_bytes + (stages > 0 ? size_t(2 * stages + 1) * kTile * 4 : 0);
   }
   static constexpr int stages = register_records                       ? 0
-                                : bytes_for(4) <= kDecodeSmemPerBlock   ? 4
-                                : bytes_for(3) <= kDecodeSmemPerBlock ? 3
-                                : bytes_for(2) <= kDecodeSmemPerBlock ? 2
+                                : bytes_for(4) <= decode::kSmemBudgetPerBlock   ? 4
+                                : bytes_for(3) <= decode::kSmemBudgetPerBlock ? 3
+                                : bytes_for(2) <= decode::kSmemBudgetPerBlock ? 2
                                                                       : 1;
   static constexpr size_t idx_off = raw_off + stages * raw_stage_bytes, total = bytes_for(stages);
-  static_assert(total <= kDecodeSmemPerBlock && bar_off % 8 == 0 && raw_off % 16 == 0);
+  static_assert(total <= decode::kSmemBudgetPerBlock && bar_off % 8 == 0 && raw_off % 16 == 0);
+  static_assert(stages == decode::ws_stages(F::kRecordBytes, kPair, kTile) &&
+                    total == decode::ws_smem_bytes(F::kRecordBytes, kPair, kTile, stages),
+                "the planner's bytes (kernel_shapes.h)");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -418,7 +177,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
   const int num_steps = (tile_end - tile_begin + kStepTiles - 1) / kStepTiles;
   auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
-  const bool dequant = !(p.debug_skip & 1);
+  const bool dequant = !(kStageSkip & 1);
 
   constexpr int q_chunks = kQkDim / 8;
   for (int c = tid; c < kWsHeads * q_chunks; c += kWsThreads) {
@@ -448,7 +207,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
     NVFP4MLA_SETMAXNREG(dec, WsRoles<kTile>::producer);
-    const bool copies = !(p.debug_skip & 8);
+    const bool copies = !(kStageSkip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
     // expects the peer's half of the tile on its remote-full barrier.
@@ -641,7 +400,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       const uint64_t k_desc = wgmma::desc_advance(k_desc0, b * kKBufBytes), vd = wgmma::desc_advance(v_desc0, b * kKBufBytes);
       float acc[NT][4];
       wgmma::fence();
-      if (!(p.debug_skip & 2))
+      if (!(kStageSkip & 2))
 #pragma unroll
         for (int kk = 0; kk < kQkDim / 16; ++kk)
           wgmma::m64nk16_ss<NT>(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
@@ -687,7 +446,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       wgmma::fence_proxy_async_smem();  // P is read by the tensor cores
       cluster::arrive_local(p_full_bar);
       wgmma::fence();
-      if (!(p.debug_skip & 4))
+      if (!(kStageSkip & 4))
 #pragma unroll
         for (int kk = 0; kk < NT / 2; ++kk)  // tokens 16kk..16kk+15: two 8-row core-matrix groups, 16 bytes a row
           pv_chunks_rs(o, a[kk], wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
@@ -719,7 +478,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       wgmma::wait<0>();  // nothing is in flight; without it ptxas serializes every wgmma (C7515)
       rescale_rows(o, alpha);
       wgmma::fence();
-      if (!(p.debug_skip & 4))
+      if (!(kStageSkip & 4))
 #pragma unroll
         for (int kk = 0; kk < NT / 2; ++kk)
           pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
@@ -741,64 +500,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #endif
 }
 
-// Combine the splits of one (row, head): weights 2^(lse_s - max), output = weighted mean.
-constexpr int kMergeThreads = kLatentDim / 4;
-__global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float* __restrict__ part_out,
-                                                                     const float* __restrict__ part_lse, int splits,
-                                                                     bool lse_base2, __nv_bfloat16* __restrict__ out,
-                                                                     float* __restrict__ lse) {
-  extern __shared__ float weights[];
-  __shared__ float s_max, s_sum;
-  const int64_t rh = blockIdx.x;
-  const float* pl = part_lse + rh * splits;
-  if (threadIdx.x < 32) {
-    float m = -INFINITY;
-    for (int s = threadIdx.x; s < splits; s += 32) m = fmaxf(m, pl[s]);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-    float sum = 0.0f;
-    for (int s = threadIdx.x; s < splits; s += 32) {
-      const float w = m == -INFINITY ? 0.0f : exp2f(pl[s] - m);
-      weights[s] = w;
-      sum += w;
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-    if (threadIdx.x == 0) {
-      s_max = m;
-      s_sum = sum;
-    }
-  }
-  __syncthreads();
-  const float inv = s_sum > 0.0f ? 1.0f / s_sum : 0.0f;
-  float4 acc = make_float4(0, 0, 0, 0);
-  for (int s = 0; s < splits; ++s) {
-    const float w = weights[s];
-    if (w == 0.0f) continue;  // also skips never-written partials of empty splits
-    const float4 v = reinterpret_cast<const float4*>(part_out + (rh * splits + s) * kLatentDim)[threadIdx.x];
-    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-  }
-  uint2 packed;
-  packed.x = ptx::pack_bf16x2(acc.x * inv, acc.y * inv);
-  packed.y = ptx::pack_bf16x2(acc.z * inv, acc.w * inv);
-  reinterpret_cast<uint2*>(out + rh * kLatentDim)[threadIdx.x] = packed;
-  if (threadIdx.x == 0) {
-    const float l2 = s_sum > 0.0f ? s_max + log2f(s_sum) : -INFINITY;
-    lse[rh] = lse_base2 ? l2 : l2 * kLn2;
-  }
-}
-
-template <int NB, class F>
-void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
-  using Smem = DecodeSmem<NB, F>;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    check(cudaFuncSetAttribute(sparse_decode_kernel<NB, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Smem::total)),
-          "sparse decode: shared memory opt-in");
-  });
-  const dim3 grid(rows, head_groups, p.splits);
-  sparse_decode_kernel<NB, F><<<grid, 32 * kConfig<NB>.warps, Smem::total, stream>>>(p);
-  check_launch("sparse decode kernel launch");
-}
+}  // namespace
 
 template <class F, bool kPair, int kTile>
 void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
@@ -822,131 +524,6 @@ void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStre
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair, kTile>, p), "sparse decode (warp-specialized) kernel launch");
-}
-
-// The warp-specialized kernel needs sm_90a (setmaxnreg); other GPUs run the portable kernel.
-bool current_device_is_sm90() {
-  int dev = 0, major = 0, minor = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
-  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "compute capability");
-  static const bool force_portable = std::getenv("NVFP4MLA_PORTABLE_DECODE") != nullptr;
-  return major == 9 && minor == 0 && !force_portable;
-}
-
-// NVFP4 records with 16-head groups run a 16-head kernel: on sm_90 the wgmma one, elsewhere the
-// register-fed mma.sync one. A/B timing aids: NVFP4MLA_DEBUG_NO_H16 (the portable kernel),
-// NVFP4MLA_DEBUG_H16_MMA_SYNC (the mma.sync 16-head kernel on sm_90 too).
-bool h16_kernel_enabled() {
-  static const bool disabled = std::getenv("NVFP4MLA_DEBUG_NO_H16") != nullptr;
-  return !disabled;
-}
-bool h16_runs_wgmma() {
-  static const bool mma_sync = std::getenv("NVFP4MLA_DEBUG_H16_MMA_SYNC") != nullptr;
-  return h16_kernel_enabled() && !mma_sync && current_device_is_sm90();
-}
-
-template <class F>
-void dispatch_heads(const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
-  switch (plan.head_group) {
-    case 16:
-      if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla)
-        if (h16_runs_wgmma()) return launch_decode_h16_sm90<F>(p, rows, plan.num_head_groups, stream);
-        else if (h16_kernel_enabled()) return launch_decode_h16<F>(p, rows, plan.num_head_groups, stream);
-      return launch_decode<1, F>(p, rows, plan.num_head_groups, stream);
-    case 32: return launch_decode<2, F>(p, rows, plan.num_head_groups, stream);
-    case 64:
-      if (current_device_is_sm90()) {
-        // A/B timing aids: NVFP4MLA_DEBUG_NO_PAIR (one CTA per 64 heads), NVFP4MLA_DEBUG_NARROW (pairs
-        // of NVFP4 records on 32-entry tiles).
-        static const bool no_pair = std::getenv("NVFP4MLA_DEBUG_NO_PAIR") != nullptr;
-        static const bool narrow = std::getenv("NVFP4MLA_DEBUG_NARROW") != nullptr;
-        if (plan.num_head_groups % 2 == 0 && !no_pair) {
-          if constexpr (F::spec.dtype == CacheDtype::nvfp4_ds_mla)
-            if (!narrow) return launch_decode_ws<F, true, kWsWideTile>(p, rows, plan.num_head_groups, stream);
-          return launch_decode_ws<F, true, kWsTile>(p, rows, plan.num_head_groups, stream);
-        }
-        return launch_decode_ws<F, false, kWsTile>(p, rows, plan.num_head_groups, stream);
-      }
-      return launch_decode<4, F>(p, rows, plan.num_head_groups, stream);
-    default: throw Error("sparse decode: head group must be 16, 32 or 64");
-  }
-}
-
-}  // namespace
-
-int current_sm_count() {
-  int dev = 0, sms = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
-  return sms;
-}
-
-// Both 16-head NVFP4 kernels have exact K products; the mma.sync one also carries the weights'
-// BF16 remainder, the wgmma one rounds them once like the other kernels.
-static bool runs_h16_kernel(const RecordSpec& spec, const DecodePlan& plan) {
-  return decode_uses_h16_kernel(spec, plan.head_group) && h16_kernel_enabled();
-}
-bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan) { return !runs_h16_kernel(spec, plan); }
-bool decode_weights_are_bf16(const RecordSpec& spec, const DecodePlan& plan) {
-  return !runs_h16_kernel(spec, plan) || h16_runs_wgmma();
-}
-
-void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,
-                   size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream) {
-  validate_sparse_mla_args(spec, a);
-  if (a.rows == 0) return;
-  if (!out || !lse) throw Error("sparse decode: out and lse are required");
-  if (a.capacity > INT32_MAX) throw Error("sparse decode: capacity above 2^31 slots is not supported by int32 indices");
-  const int expect_groups = (a.heads + plan.head_group - 1) / plan.head_group;
-  const DecodeTileConfig cfg = decode_tile_config(plan.head_group);
-  const int expect_warps = decode_uses_h16_kernel(spec, cfg.head_group) ? kDecodeH16Warps : cfg.warps;
-  if (plan.num_head_groups != expect_groups || plan.head_group != cfg.head_group || plan.warps != expect_warps ||
-      plan.tile_tokens != cfg.tile_tokens || plan.num_tiles != (a.topk + cfg.tile_tokens - 1) / cfg.tile_tokens ||
-      plan.splits < 1 ||
-      static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles)
-    throw Error("sparse decode: the plan does not match rows/heads/topk; build it with plan_sparse_decode");
-  const auto ws = decode_workspace_layout(plan, a.rows, a.heads);
-  if (workspace_bytes < ws.total_bytes || (ws.total_bytes > 0 && !workspace))
-    throw Error("sparse decode: workspace of " + std::to_string(ws.total_bytes) + " bytes required, got " +
-                std::to_string(workspace_bytes));
-  if ((reinterpret_cast<uintptr_t>(a.q) & 15) || (reinterpret_cast<uintptr_t>(a.cache) & 15) ||
-      (reinterpret_cast<uintptr_t>(workspace) & 255))
-    throw Error("sparse decode: q and cache must be 16-byte aligned, the workspace 256-byte aligned");
-
-  DecodeParams p{};
-  p.q = a.q;
-  p.cache = a.cache;
-  p.capacity = a.capacity;
-  p.indices = a.indices;
-  p.topk_length = a.topk_length;
-  p.topk = a.topk;
-  p.heads = a.heads;
-  p.splits = plan.splits;
-  p.tiles_per_split = plan.tiles_per_split;
-  p.num_tiles = plan.num_tiles;
-  p.scale_log2 = a.sm_scale * kLog2e;
-  p.layer_scale = a.layer_scale;
-  p.lse_base2 = a.lse_base == LseBase::base2;
-  static const int debug_skip = [] {
-    const char* e = std::getenv("NVFP4MLA_DEBUG_SKIP");
-    return e ? std::atoi(e) : 0;
-  }();
-  p.debug_skip = debug_skip;
-  p.out = reinterpret_cast<__nv_bfloat16*>(out);
-  p.lse = lse;
-  if (plan.splits > 1) {
-    p.part_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_out_offset);
-    p.part_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_lse_offset);
-  }
-  with_record_format(spec, "sparse decode",
-                     [&](auto format) { dispatch_heads<decltype(format)>(plan, p, a.rows, stream); });
-  if (plan.splits > 1) {
-    const int64_t n = static_cast<int64_t>(a.rows) * a.heads;
-    merge_splits_kernel<<<static_cast<unsigned>(n), kMergeThreads, plan.splits * sizeof(float), stream>>>(
-        p.part_out, p.part_lse, plan.splits, p.lse_base2, p.out, lse);
-    check_launch("split merge kernel launch");
-  }
 }
 
 }  // namespace nvfp4mla::cuda

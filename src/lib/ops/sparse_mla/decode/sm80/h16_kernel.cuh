@@ -1,6 +1,7 @@
+#pragma once
 // 16-head sparse decode for NVFP4 records with the dequantization fed straight into registers
 // (portable: mma.sync, movmatrix, cp.async; sm_80 and later). On sm_90 the wgmma kernel of
-// sparse_decode_h16_sm90.cu runs instead (NVFP4MLA_DEBUG_H16_MMA_SYNC=1 selects this one there).
+// sm90/h16_kernel.cuh runs by default (DecodeKernel::sm80_h16 selects this one there).
 //
 // One CTA = one query row x 16 heads x one split, four warps. Warp w owns latent dims
 // [128w, 128w + 128) and RoPE dims [16w, 16w + 16) of every entry. Per sub-tile of kH16Sub (32)
@@ -33,24 +34,24 @@
 #include <mutex>
 
 #include "device/cuda_check.h"
-#include "ops/sparse_mla/decode_common.cuh"
-#include "ops/sparse_mla/format_dispatch.cuh"
+#include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/kernel_shapes.h"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
 
 namespace nvfp4mla::cuda {
 namespace {
 
-constexpr DecodeTileConfig kH16Config = decode_tile_config(16);
+constexpr decode::TileConfig kH16Config = decode::tile_config(16);  // the planner's tiles
 constexpr int kH16Heads = 16, kH16Warps = 4, kH16Threads = 32 * kH16Warps;
 // Entries per sub-tile: 32 (two CTAs per SM, five stages). With the softmax split by heads they
 // measured 6-7% faster than 16 (three CTAs per SM, six stages) on the H200 at locked clocks:
-// 128 x 16 heads 116.0-116.6 vs 124.3-124.8 us, 14% fewer instructions (docs/PERF.md).
+// 128 x 16 heads 116.0-116.6 vs 124.3-124.8 us, 14% fewer instructions.
 constexpr int kH16Sub = 32;
 constexpr int kCols = kH16Sub / 8;  // column blocks of the score MMA per sub-tile
 constexpr int kH16Stages = 5;  // raw record sub-tiles in flight
 // Q's fragments live in shared memory (ldmatrix per k step), which left room for three CTAs per
-// SM at 16-entry sub-tiles; keeping them in registers measured the same (fifth session).
+// SM at 16-entry sub-tiles; keeping them in registers measured the same.
 constexpr int kH16MinCtas = 2;
 constexpr int kIdxRing = 2 * kH16Stages;  // sub-tiles of top-k indices in shared memory
 constexpr int kLatentPerWarp = kLatentDim / kH16Warps;  // 128
@@ -65,7 +66,10 @@ constexpr int kPStride = kH16Sub + 8;                   // P row stride (BF16: 4
 constexpr int kSoftmaxHeadsPerWarp = kH16Heads / kH16Warps, kSoftmaxCols = kH16Sub / 8;
 static_assert(kH16Warps == 4 && kRopePerWarp == 16 && kLatentPerLane == 32);
 static_assert(kSoftmaxHeadsPerWarp * 8 == 32 && kSoftmaxCols % 2 == 0, "8 lanes per head, entries in pairs");
-static_assert(kH16Config.tile_tokens % kH16Sub == 0, "planner tiles are whole sub-tiles");
+static_assert(decode::kPlannerTile % kH16Sub == 0, "planner tiles are whole sub-tiles");
+static_assert(kH16Warps == decode::kH16Warps && kH16Sub == decode::kH16Sub && kH16Stages == decode::kH16Stages &&
+                  kH16MinCtas == decode::kH16MinCtas,
+              "the planner's shape of this kernel (kernel_shapes.h)");
 
 template <class F>
 struct H16Smem {
@@ -79,7 +83,8 @@ struct H16Smem {
   // Q A fragments per warp and k step: 16 rows of 16 logical k (32 bytes, 16-byte chunks swizzled)
   static constexpr size_t total = q_off + size_t(kH16Warps) * kQSteps * kH16Heads * 32;
   static_assert(raw_stage_bytes % 16 == 0 && s_off % 16 == 0 && p_off % 16 == 0 && q_off % 16 == 0);
-  static_assert((total + kDecodeSmemReservedPerCta) * kH16MinCtas <= kDecodeSmemPerSm);
+  static_assert(total == decode::h16_smem_bytes(F::kRecordBytes), "the planner's bytes (kernel_shapes.h)");
+  static_assert((total + decode::kSmemBudgetReservedPerCta) * kH16MinCtas <= decode::kSmemBudgetPerSm);
 };
 
 
@@ -159,7 +164,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   // Records of sub-tile u, masked entries as zero bytes (read from nowhere: zero group scales,
   // token and RoPE scales and values, so they reach the MMAs as exact zeros and no per-entry
   // validity is needed downstream), the softmax mask of u, and the indices of u + kH16Stages - 1.
-  const bool copies = !(p.debug_skip & 8);
+  const bool copies = !(kStageSkip & 8);
   auto issue_group = [&](int u) {
     if (u < sub_end && copies) {
       const int32_t* ring = idx_of(u);
@@ -190,7 +195,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
     issue_group(t + kH16Stages - 1);  // into sub-tile t - 1's buffers, which every warp has left
     const uint8_t* raw = raw_of(t);
     const float* mask = mask_of(t);
-    if (p.debug_skip & 16) {  // the copy pipeline alone
+    if (kStageSkip & 16) {  // the copy pipeline alone
       ptx::cp_async_wait_group<kH16Stages - 2>();
       __syncthreads();
       continue;
@@ -226,7 +231,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
       }
     }
     float acc[kCols][4] = {}, acc_rope[kCols][4] = {};  // [column block][fragment]
-    if (!(p.debug_skip & 2)) {
+    if (!(kStageSkip & 2)) {
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
         uint32_t a[4];
@@ -324,7 +329,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
     //    entries, n = 8 dims) is each K fragment register transposed.
     const float alpha[2] = {sAlpha[g], sAlpha[g + 8]};
     rescale_rows(o, alpha);
-    if (!(p.debug_skip & 4)) {
+    if (!(kStageSkip & 4)) {
 #pragma unroll
       for (int e16 = 0; e16 < kCols / 2; ++e16) {  // 16 entries: column blocks 2 e16 and 2 e16 + 1
         uint32_t a[4], a_lo[4];
@@ -405,11 +410,5 @@ void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStr
   sparse_decode_h16_kernel<F><<<dim3(rows, head_groups, p.splits), kH16Threads, Smem::total, stream>>>(p);
   check_launch("sparse decode (16 heads) kernel launch");
 }
-
-#define NVFP4MLA_H16_FORMAT(R, M) \
-  template void launch_decode_h16<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::R, ScaleMode::M>>( \
-      const DecodeParams&, int, int, cudaStream_t);
-NVFP4MLA_FOR_EACH_NVFP4_FORMAT(NVFP4MLA_H16_FORMAT)
-#undef NVFP4MLA_H16_FORMAT
 
 }  // namespace nvfp4mla::cuda

@@ -1,8 +1,7 @@
 #pragma once
-// Pieces shared by the sparse decode kernels (sparse_decode.cu: portable and sm_90
-// warp-specialized; sparse_decode_h16.cu and sparse_decode_h16_sm90.cu: 16 heads): launch
-// parameters, the top-k index and raw-record copies, the online softmax of a 16-row block and the
-// final row totals.
+// Pieces shared by the sparse decode kernels (sm80/ and sm90/): launch parameters, the top-k
+// index and raw-record copies, the online softmax of a 16-row block, the final row totals and
+// the output stores.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -13,11 +12,20 @@
 #include "nvfp4mla/format.h"
 #include "ops/sparse_mla/mma_sm80.cuh"
 
+// Profiling builds only (CMake NVFP4MLA_DECODE_STAGE_SKIP, default 0): the kernels leave out
+// stages to show where the time goes, and their results are garbage. Bits: 1 dequantization (not
+// in the 16-head kernels), 2 QK^T, 4 PV, 8 record copies (64- and 16-head kernels), 16 all
+// compute (sm80_h16: the copy pipeline alone).
+#ifndef NVFP4MLA_DECODE_STAGE_SKIP
+#define NVFP4MLA_DECODE_STAGE_SKIP 0
+#endif
+
 namespace nvfp4mla::cuda {
 
 constexpr int kRowStride = kQkDim + 8;    // BF16 elements per Q/K smem row (pad: no bank conflicts)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kStageSkip = NVFP4MLA_DECODE_STAGE_SKIP;
 
 struct DecodeParams {
   const uint16_t* q;
@@ -30,9 +38,6 @@ struct DecodeParams {
   float scale_log2;  // sm_scale * log2(e)
   float layer_scale;
   bool lse_base2;
-  int debug_skip;  // profiling aid (NVFP4MLA_DEBUG_SKIP): 1 dequant (not in the 16-head kernel, where the
-                  // select cost ~50 register moves per sub-tile), 2 QK^T, 4 PV, 8 record copies (64- and 16-head
-                  // kernels), 16 all compute (16-head kernel: the copy pipeline alone); results are garbage
   __nv_bfloat16* out;   // final output when splits == 1
   float* lse;
   float* part_out;      // [rows, heads, splits, 512] when splits > 1
@@ -219,13 +224,34 @@ __device__ __forceinline__ RowTotals row_totals(const SoftmaxState& st) {
   return t;
 }
 
-
-// The 16-head register-fed kernel for NVFP4 records (sparse_decode_h16.cu), instantiated for the
-// five nvfp4_ds_mla Format<...> types.
-template <class F>
-void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
-// Its sm_90a successor (sparse_decode_h16_sm90.cu: wgmma with the entries as M), same formats.
-template <class F>
-void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
+// Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
+// the final BF16 output and LSE when there is one split, else this split's fp32 partial.
+template <int NT_O>
+__device__ __forceinline__ void store_outputs(const DecodeParams& p, const RowTotals& tot, const float (&o)[NT_O][4],
+                                              int row, int head0, int heads_here, int hb, int dim0, bool writes_lse,
+                                              int split, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int h = hb * 16 + g + 8 * r;
+    if (h >= heads_here) continue;
+    const float inv = tot.inv[r], lse2 = tot.lse2[r];
+    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
+    if (p.splits == 1) {
+      __nv_bfloat16* dst = p.out + rh * kLatentDim + dim0 + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n)
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = ptx::pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (writes_lse && t4 == 0) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
+    } else {
+      const int64_t ps = rh * p.splits + split;
+      float* dst = p.part_out + ps * kLatentDim + dim0 + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (writes_lse && t4 == 0) p.part_lse[ps] = lse2;
+    }
+  }
+}
 
 }  // namespace nvfp4mla::cuda
