@@ -71,6 +71,12 @@ struct DecodePlan {
 // `forced_splits` > 0 overrides (clamped the same way).
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, const ArchSpec& arch,
                               int forced_splits = 0, DecodeKernel kernel = DecodeKernel::automatic);
+// For callers that know only an SM count: the planner's kernel for the current CUDA device's
+// architecture with `sm_count` SMs, or for compute capability 9.0 when no device is visible.
+DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count,
+                              int forced_splits = 0);
+// That architecture.
+ArchSpec planning_arch(int sm_count);
 
 // Workspace bytes for the plan: fp32 partial outputs [rows, heads, splits, 512] and partial
 // log-sum-exp [rows, heads, splits], each region aligned to 256 bytes; 0 when splits == 1.

@@ -17,26 +17,12 @@
 namespace nvfp4mla::capi {
 namespace {
 
-// The architecture the C API plans for: the current CUDA device's, with the caller's SM count;
-// without one, compute capability 9.0 (the H200).
-ArchSpec arch_for_plan(int32_t sm_count) {
-#if defined(NVFP4MLA_WITH_CUDA)
-  if (cuda_device_count() > 0) {
-    ArchSpec a = current_device_arch();
-    if (sm_count <= 0) throw Error("decode plan: SM count must be positive");
-    a.sm_count = sm_count;
-    return a;
-  }
-#endif
-  return arch_spec(9, 0, sm_count);
-}
-
 // A C plan names no kernel: it is the planner's choice for the current device (what
-// nvfp4mla_plan_decode planned with), format and head count.
+// nvfp4mla_plan_decode planned with, planning_arch), format and head count.
 DecodePlan plan_of(const nvfp4mla_decode_plan* p, const RecordSpec& spec, int heads) {
   require(p, "decode plan");
   DecodePlan d;
-  d.kernel = heads > 0 ? default_decode_kernel(arch_for_plan(1), spec, heads) : DecodeKernel::sm80_mma;  // SMs do not matter
+  d.kernel = heads > 0 ? default_decode_kernel(planning_arch(1), spec, heads) : DecodeKernel::sm80_mma;  // SMs do not matter
   d.head_group = p->head_group;
   d.num_head_groups = p->num_head_groups;
   d.warps = p->warps;
@@ -124,7 +110,7 @@ int nvfp4mla_plan_decode(const nvfp4mla_format* format, int32_t rows, int32_t he
   return guarded([&] {
     require(plan, "plan");
     if (forced_splits < 0) throw Error("decode plan: splits must not be negative (0: the planner's choice)");
-    const DecodePlan d = plan_sparse_decode(spec_of(format), rows, heads, topk, arch_for_plan(sm_count), forced_splits);
+    const DecodePlan d = plan_sparse_decode(spec_of(format), rows, heads, topk, sm_count, forced_splits);
     *plan = {d.head_group, d.num_head_groups, d.warps, d.tile_tokens, d.ctas_per_sm, d.stages, d.num_tiles,
              d.splits, d.tiles_per_split, d.partial_bytes, decode_workspace_layout(d, rows, heads).total_bytes};
   });

@@ -220,30 +220,61 @@ TEST_P(GpuSparseDecode, LongTopk) {
 TEST_P(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
   const auto p = make_problem(kAllSpecs[4], 2, 16, 256, 5);
   if (!runs(p.spec, p.heads)) GTEST_SKIP() << to_string(kernel()) << " does not run 16 heads here";
+  // Valid device arguments, so that the plan and the workspace are what is wrong.
+  DeviceBuffer<uint16_t> q(p.q), out(static_cast<size_t>(p.rows) * p.heads * kLatentDim);
+  DeviceBuffer<uint8_t> cache(p.cache);
+  DeviceBuffer<int32_t> idx(p.indices);
+  DeviceBuffer<float> lse(static_cast<size_t>(p.rows) * p.heads);
   SparseMlaArgs a = p.host_args();
+  a.q = q.get();
+  a.cache = cache.get();
+  a.indices = idx.get();
+  a.topk_length = nullptr;
   auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, arch_, 4, kernel());
-  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 0, nullptr, nullptr, nullptr), Error);
+  ASSERT_GT(plan.splits, 1);
+  DeviceBuffer<uint8_t> ws(decode_workspace_layout(plan, p.rows, p.heads).total_bytes);
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 0, out.get(), lse.get(), nullptr), Error);  // no workspace
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size() - 256, out.get(), lse.get(), nullptr), Error);
+  ASSERT_NO_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   plan.num_tiles = 1;
-  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 1 << 20, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr), Error);
 }
 
 // A plan that names no kernel, or one the device cannot run, is refused before any launch.
 TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
   NVFP4MLA_REQUIRE_GPU();
-  const auto p = make_problem(kAllSpecs[4], 2, 128, 256, 5);
+  // fp8 records: no 16-head or wide-tile kernel reads them, on any device.
+  const auto p = make_problem(kAllSpecs[1], 2, 128, 256, 5);
   const ArchSpec arch = current_device_arch();
+  int refused = 0;
   auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, arch);
+  // Every argument valid but the plan's kernel: the refusal is the only error left.
+  DeviceBuffer<uint16_t> q(p.q);
+  DeviceBuffer<uint8_t> cache(p.cache);
+  DeviceBuffer<int32_t> idx(p.indices);
+  DeviceBuffer<uint16_t> out(static_cast<size_t>(p.rows) * p.heads * kLatentDim);
+  DeviceBuffer<float> lse(static_cast<size_t>(p.rows) * p.heads);
   DeviceBuffer<uint8_t> ws(decode_workspace_layout(plan, p.rows, p.heads).total_bytes + 256);
   SparseMlaArgs a = p.host_args();
+  a.q = q.get();
+  a.cache = cache.get();
+  a.indices = idx.get();
+  a.topk_length = nullptr;
+  auto run = [&] { cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr); };
+  ASSERT_NO_THROW(run());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   plan.kernel = DecodeKernel::automatic;
-  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(run(), Error);
   for (DecodeKernel k : all_decode_kernels()) {
     if (!decode_kernel_unsupported(k, arch, p.spec, p.heads)) continue;
     SCOPED_TRACE(to_string(k));
     EXPECT_THROW(plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, arch, 0, k), Error);
     plan.kernel = k;
-    EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), nullptr, nullptr, nullptr), Error);
+    EXPECT_THROW(run(), Error);
+    ++refused;
   }
+  EXPECT_GE(refused, 3);
 }
 
 // Small enough for compute-sanitizer: the 64-head path (warp-specialized on sm_90) and the

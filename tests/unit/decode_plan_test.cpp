@@ -9,6 +9,7 @@
 #include "lib/ops/sparse_mla/decode/kernel_shapes.h"
 #include "nvfp4mla/arch.h"
 #include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/device.h"
 #include "nvfp4mla/error.h"
 
 using namespace nvfp4mla;
@@ -226,6 +227,14 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   const ArchSpec sm120 = arch_spec(12, 0, 188);
   EXPECT_TRUE(decode_kernel_unsupported(DecodeKernel::sm80_mma, sm120, kSpecFp8, 64).has_value());
   EXPECT_THROW(arch_spec(7, 5, 40), Error);
+  // Callers with only an SM count plan for the current device, or for sm_90 without one.
+  if (cuda_device_count() == 0) {
+    const DecodePlan by_count = plan_sparse_decode(kSpecNvfp4Fp8Rope, 3, 128, 2048, 132);
+    const DecodePlan by_arch = plan_sparse_decode(kSpecNvfp4Fp8Rope, 3, 128, 2048, kH200);
+    EXPECT_EQ(by_count.kernel, by_arch.kernel);
+    EXPECT_EQ(by_count.splits, by_arch.splits);
+  }
+  EXPECT_THROW(planning_arch(0), Error);
   for (DecodeKernel k : all_decode_kernels()) EXPECT_EQ(parse_decode_kernel(to_string(k)), k);
   EXPECT_EQ(parse_decode_kernel("automatic"), DecodeKernel::automatic);
   EXPECT_THROW(parse_decode_kernel("sm90"), Error);

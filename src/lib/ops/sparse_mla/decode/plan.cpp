@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "nvfp4mla/device.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/format.h"
 #include "ops/sparse_mla/decode/kernel_shapes.h"
@@ -193,6 +194,18 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   p.tiles_per_split = std::min(tiles_per_split(splits), p.num_tiles);
   p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
   return p;
+}
+
+ArchSpec planning_arch(int sm_count) {
+  if (sm_count <= 0) throw Error("decode plan: SM count must be positive");
+  if (cuda_device_count() == 0) return arch_spec(9, 0, sm_count);
+  ArchSpec a = current_device_arch();
+  a.sm_count = sm_count;
+  return a;
+}
+
+DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count, int forced_splits) {
+  return plan_sparse_decode(spec, rows, heads, topk, planning_arch(sm_count), forced_splits);
 }
 
 DecodeWorkspaceLayout decode_workspace_layout(const DecodePlan& plan, int rows, int heads) {
