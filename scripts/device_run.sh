@@ -21,7 +21,7 @@ for step in "$@"; do
       # --warmup-seconds after its ceilings): the spread between processes is part of the measurement.
       for i in $(seq ${PROCS:-3}); do
         "$BIN/nvfp4mla" bench decode --rows 256 128 --heads 128 64 16 --topk 2048 --json "$OUT/decode_proc$i.json" >"$OUT/decode_proc$i.txt" 2>&1
-        echo "process $i:"; grep -E "^nvfp4" "$OUT/decode_proc$i.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $6, $13}'
+        echo "process $i:"; grep -E "^nvfp4" "$OUT/decode_proc$i.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $7, $14}'
       done ;;
     bench-all)
       "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 32 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -58 "$OUT/decode_all.txt" ;;
@@ -32,10 +32,12 @@ for step in "$@"; do
       "$BIN/nvfp4mla" eval --device cuda --no-progress --json "$OUT/quality_h200.json" >"$OUT/quality_h200.txt" 2>&1
       echo "eval rc=$?"; grep -E "^  (bf16|fp8|nvfp4)|ran on|\(" "$OUT/quality_h200.txt" | tail -30 ;;
     variants)
-      # Time the kernel with one stage left out (results are garbage; only the time matters).
+      # Time the decode with stages left out (results are garbage; only the time matters). Needs one
+      # profiling build per value, configured with -DNVFP4MLA_DECODE_STAGE_SKIP=N, whose CLI is
+      # $BIN/skipN/nvfp4mla (skip0: a normal build).
       for skip in 0 1 2 4 6; do
-        NVFP4MLA_DEBUG_SKIP=$skip "$BIN/nvfp4mla" bench decode --rows 256 128 --heads 128 16 --topk 2048 --iters 10 2>/dev/null |
-          awk -v s=$skip '/nvfp4/ {printf "skip=%s rows=%s heads=%s median_us=%s\n", s, $2, $3, $6}'
+        "$BIN/skip$skip/nvfp4mla" bench decode --rows 256 128 --heads 128 16 --topk 2048 --iters 10 2>/dev/null |
+          awk -v s=$skip '/nvfp4/ {printf "skip=%s rows=%s heads=%s median_us=%s\n", s, $2, $3, $7}'
       done | tee "$OUT/variants.txt" ;;
     ncu)
       ncu --clock-control none --kernel-name regex:sparse_decode_kernel --launch-skip 3 --launch-count 1 \
@@ -80,7 +82,7 @@ for step in "$@"; do
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/nvfp4mla_gpu_tests" \
-          --gtest_filter='GpuRecordCopy.*:GpuSparseDecode.SanitizerSized:GpuSparseDecode.DegenerateOuterScales:GpuCacheWriter.BitIdenticalToCpuWriterBf16Input:GpuOffloadStaging.*:GpuSparseScores.TopkLengthInvalidIndicesAndRaggedTopk' \
+          --gtest_filter='GpuRecordCopy.*:*GpuSparseDecode.SanitizerSized/*:*GpuSparseDecode.DegenerateOuterScales/*:GpuCacheWriter.BitIdenticalToCpuWriterBf16Input:GpuOffloadStaging.*:GpuSparseScores.TopkLengthInvalidIndicesAndRaggedTopk' \
           >"$OUT/sanitize_$tool.log" 2>&1
         echo "compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
       done ;;

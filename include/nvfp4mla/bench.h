@@ -7,13 +7,14 @@
 // full of clean lines of that buffer; writing it instead (cudaMemset, as nvbench and triton's
 // do_bench do) leaves it full of dirty lines, whose write-back to DRAM then runs during the timed
 // kernel: on the H200 the plain gather of 128 x 2048 records took 44.6-45.2 us after a write
-// flush and 36.5-38.2 us after a read flush (docs/PERF.md, eleventh session). Both are offered;
+// flush and 36.5-38.2 us after a read flush (docs/PERF.md, "Machine and method"). Both are offered;
 // results say which one was used.
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/format.h"
 
 namespace nvfp4mla::bench {
@@ -30,11 +31,13 @@ struct DecodeCase {
   RecordSpec spec;
   int forced_splits = 0;    // 0 = planner
   int64_t capacity = int64_t(1) << 20;  // cache slots the random indices point into (rounded up to 65536s)
+  DecodeKernel kernel = DecodeKernel::automatic;  // the planner's choice, or one the device supports
 };
 
 struct DecodeResult {
   DecodeCase c;
   int splits = 0, head_group = 0;
+  DecodeKernel kernel = DecodeKernel::automatic;  // the kernel that ran
   double median_us = 0, min_us = 0;
   double tflops = 0;        // 2 * heads * rows * topk * (576 + 512) / time
   double gbps = 0;          // (records read once per (row, entry) + q + out) / time
@@ -88,8 +91,8 @@ struct Options {
   // After the ceilings and before any case is timed, the device is kept busy for warmup_seconds
   // (measure_ceilings does it): the cuBLAS GEMM of the ceilings leaves the H200 under its software
   // power cap, with the SM clock at 1545-1905 MHz for about half a second, and a decode case timed
-  // in that window read 69-74 us where it reads 58-60 us at 1980 MHz (docs/PERF.md, twelfth
-  // session). Every result reports the SM clock it was measured at (clock_mhz). `warmup`
+  // in that window read 69-74 us where it reads 58-60 us at 1980 MHz (docs/PERF.md,
+  // "Machine and method"). Every result reports the SM clock it was measured at (clock_mhz). `warmup`
   // launches then precede each case's timed ones.
   double warmup_seconds = 5.0;
   int warmup = 3;

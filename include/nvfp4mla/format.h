@@ -2,6 +2,7 @@
 // Record formats: the one place that knows how a token's MLA KV state is laid out in bytes.
 // Kernels, tools and tests take every width and offset from here.
 #include <cstdint>
+#include <string>
 
 #include "nvfp4mla/hd.h"
 
@@ -82,6 +83,27 @@ struct RecordSpec {
   NVFP4MLA_HD constexpr bool rope_is_fp8() const { return is_nvfp4() && rope == RopeEncoding::fp8; }
 };
 
+// Every valid record spec, as X(dtype, rope, scale_mode): the one list that kernel dispatch and
+// instantiation, the CLI, the evaluation and the tests iterate over (kAllRecordSpecs below).
+#define NVFP4MLA_FOR_EACH_RECORD_SPEC(X)   \
+  X(bf16, bf16, implicit)                  \
+  X(fp8_ds_mla, bf16, implicit)            \
+  X(nvfp4_ds_mla, bf16, implicit)          \
+  X(nvfp4_ds_mla, bf16, static_calibrated) \
+  X(nvfp4_ds_mla, fp8, implicit)           \
+  X(nvfp4_ds_mla, fp8, static_calibrated)  \
+  X(nvfp4_ds_mla, fp8, dynamic)
+
+#define NVFP4MLA_RECORD_SPEC_ENTRY(D, R, M) RecordSpec{CacheDtype::D, RopeEncoding::R, ScaleMode::M},
+inline constexpr RecordSpec kAllRecordSpecs[] = {NVFP4MLA_FOR_EACH_RECORD_SPEC(NVFP4MLA_RECORD_SPEC_ENTRY)};
+#undef NVFP4MLA_RECORD_SPEC_ENTRY
+
+// Whether two specs describe the same records (the RoPE encoding and scale mode of bf16 and
+// fp8_ds_mla records are not part of their format).
+NVFP4MLA_HD constexpr bool same_record_format(const RecordSpec& a, const RecordSpec& b) {
+  return a.dtype == b.dtype && (a.dtype != CacheDtype::nvfp4_ds_mla || (a.rope == b.rope && a.scale_mode == b.scale_mode));
+}
+
 // The four record widths and what each means.
 inline constexpr RecordSpec kSpecNvfp4Fp8Rope{CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::implicit};
 inline constexpr RecordSpec kSpecNvfp4Bf16Rope{CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::implicit};
@@ -91,5 +113,7 @@ inline constexpr RecordSpec kSpecBf16{CacheDtype::bf16, RopeEncoding::bf16, Scal
 const char* to_string(CacheDtype d);
 const char* to_string(RopeEncoding r);
 const char* to_string(ScaleMode m);
+// "bf16-1152", "fp8_ds_mla-656", "nvfp4_ds_mla-368-dynamic": dtype, record bytes, NVFP4 scale mode.
+std::string to_string(const RecordSpec& spec);
 
 }  // namespace nvfp4mla

@@ -2,7 +2,9 @@
 #include <cstring>
 
 #include "capi_support.h"
+#include "nvfp4mla/arch.h"
 #include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/device.h"
 #include "nvfp4mla/sparse_mla.h"
 
 #if defined(NVFP4MLA_WITH_CUDA)
@@ -17,9 +19,12 @@
 namespace nvfp4mla::capi {
 namespace {
 
-DecodePlan plan_of(const nvfp4mla_decode_plan* p) {
+// A C plan names no kernel: it is the planner's choice for the current device (what
+// nvfp4mla_plan_decode planned with, planning_arch), format and head count.
+DecodePlan plan_of(const nvfp4mla_decode_plan* p, const RecordSpec& spec, int heads) {
   require(p, "decode plan");
   DecodePlan d;
+  d.kernel = heads > 0 ? default_decode_kernel(planning_arch(1), spec, heads) : DecodeKernel::sm80_mma;  // SMs do not matter
   d.head_group = p->head_group;
   d.num_head_groups = p->num_head_groups;
   d.warps = p->warps;
@@ -139,8 +144,8 @@ int nvfp4mla_cuda_sparse_decode(const nvfp4mla_format* format, const nvfp4mla_at
   return guarded([&] {
     const RecordSpec spec = spec_of(format);
     const SparseMlaArgs a = attention_args(problem, format->layer_scale);
-    const DecodePlan d = plan_of(plan);
     DeviceScope scope(device);
+    const DecodePlan d = plan_of(plan, spec, a.heads);
     cuda::sparse_decode(spec, a, d, workspace, workspace_bytes, out, lse, stream_of(stream));
   });
 }
@@ -169,7 +174,8 @@ int nvfp4mla_cuda_decode_numerics(const nvfp4mla_format* format, const nvfp4mla_
                                   int32_t* rounds_k_to_bf16, int32_t* weights_are_bf16) {
   return guarded([&] {
     const RecordSpec spec = spec_of(format);
-    const DecodePlan d = plan_of(plan);
+    require(plan, "decode plan");
+    const DecodePlan d = plan_of(plan, spec, plan->head_group * plan->num_head_groups);
     require(rounds_k_to_bf16, "rounds_k_to_bf16");
     require(weights_are_bf16, "weights_are_bf16");
     *rounds_k_to_bf16 = cuda::decode_rounds_k_to_bf16(spec, d) ? 1 : 0;

@@ -44,7 +44,7 @@ void attend_cuda(const RecordSpec& spec, const SparseMlaArgs& host, float* out, 
   a.cache = cache.as<uint8_t>();
   a.indices = idx.as<int32_t>();
   a.topk_length = host.topk_length ? len.as<int32_t>() : nullptr;
-  const auto plan = plan_sparse_decode(spec, a.rows, a.heads, a.topk, cuda::current_sm_count());
+  const auto plan = plan_sparse_decode(spec, a.rows, a.heads, a.topk, current_device_arch());
   const auto ws_layout = decode_workspace_layout(plan, a.rows, a.heads);
   DeviceBytes ws(ws_layout.total_bytes);
   cuda::sparse_decode(spec, a, plan, ws.as<void>(), ws_layout.total_bytes, o.as<uint16_t>(), l.as<float>(), nullptr);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,13 +30,11 @@ struct BenchFlags {
   double warmup_seconds = 5.0;
   std::string l2_flush = "read";
   std::string json_path;
+  std::string kernel = "automatic";  // bench decode
 };
 
 std::vector<RecordSpec> specs_of(const BenchFlags& f) {
-  if (f.all_formats)
-    return {kSpecBf16, kSpecFp8, kSpecNvfp4Bf16Rope, {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::static_calibrated},
-            kSpecNvfp4Fp8Rope, {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::static_calibrated},
-            {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::dynamic}};
+  if (f.all_formats) return {std::begin(kAllRecordSpecs), std::end(kAllRecordSpecs)};
   FormatOptions o;
   o.cache_dtype = parse_cache_dtype(f.cache_dtype);
   if (o.cache_dtype == CacheDtype::nvfp4_ds_mla) {
@@ -46,10 +45,7 @@ std::vector<RecordSpec> specs_of(const BenchFlags& f) {
   return {FormatConfig::create(o).spec()};
 }
 
-std::string spec_name(const RecordSpec& s) {
-  return std::string(to_string(s.dtype)) + "-" + std::to_string(s.record_bytes()) +
-         (s.is_nvfp4() ? std::string("-") + to_string(s.scale_mode) : "");
-}
+std::string spec_name(const RecordSpec& s) { return to_string(s); }
 
 // Timing flags shared by every benchmark.
 void add_timing(CLI::App* cmd, BenchFlags& f) {
@@ -104,12 +100,13 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 void run_decode_bench(const BenchFlags& f) {
   std::vector<bench::DecodeCase> cases;
   const auto specs = specs_of(f);
+  const DecodeKernel kernel = parse_decode_kernel(f.kernel);
   if (f.rows.empty() && f.heads.empty() && f.topk.empty()) {
     // Defaults: the shapes of the performance table and FlashMLA's measured shapes (PEERS.md).
     const int shapes[][3] = {{256, 128, 2048}, {256, 64, 2048}, {128, 16, 2048}, {128, 128, 2048}, {32, 128, 2048},
                              {3, 128, 2048},   {128, 8, 2048},  {128, 32, 2048}, {148, 128, 16384}};
     for (const auto& spec : specs)
-      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits, f.capacity});
+      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits, f.capacity, kernel});
   } else {
     const auto rows = f.rows.empty() ? std::vector<int>{256} : f.rows;
     const auto heads = f.heads.empty() ? std::vector<int>{128} : f.heads;
@@ -117,7 +114,7 @@ void run_decode_bench(const BenchFlags& f) {
     for (const auto& spec : specs)
       for (int r : rows)
         for (int h : heads)
-          for (int k : topk) cases.push_back({r, h, k, spec, f.splits, f.capacity});
+          for (int k : topk) cases.push_back({r, h, k, spec, f.splits, f.capacity, kernel});
   }
   const auto opt = options_of(f);
   const auto ceil = bench::measure_ceilings(opt);
@@ -125,15 +122,15 @@ void run_decode_bench(const BenchFlags& f) {
   print_ceilings(ceil, opt);
   std::printf("cache of %lld slots; gather us: a plain kernel reading the same records once (%%gather = its time / ours)\n",
               static_cast<long long>(f.capacity));
-  std::printf("%-26s %5s %5s %6s %6s %10s %9s %9s %7s %7s %9s %8s %5s\n", "format", "rows", "heads", "topk", "splits",
-              "median us", "TFLOP/s", "GB/s", "%MMA", "%copy", "gather us", "%gather", "MHz");
+  std::printf("%-26s %5s %5s %6s %-17s %6s %10s %9s %9s %7s %7s %9s %8s %5s\n", "format", "rows", "heads", "topk", "kernel",
+              "splits", "median us", "TFLOP/s", "GB/s", "%MMA", "%copy", "gather us", "%gather", "MHz");
   nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"decode", nlohmann::json::array()}};
   for (const auto& r : res) {
-    std::printf("%-26s %5d %5d %6d %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%% %9.1f %7.1f%% %5.0f%s\n", spec_name(r.c.spec).c_str(),
-                r.c.rows, r.c.heads, r.c.topk, r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
+    std::printf("%-26s %5d %5d %6d %-17s %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%% %9.1f %7.1f%% %5.0f%s\n", spec_name(r.c.spec).c_str(),
+                r.c.rows, r.c.heads, r.c.topk, to_string(r.kernel), r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
                 r.gather_us, 100 * r.frac_gather, r.clock_mhz, r.finite ? "" : "  NON-FINITE OUTPUT");
     j["decode"].push_back({{"format", spec_name(r.c.spec)}, {"rows", r.c.rows}, {"heads", r.c.heads}, {"topk", r.c.topk},
-                           {"splits", r.splits}, {"head_group", r.head_group}, {"median_us", r.median_us},
+                           {"kernel", to_string(r.kernel)}, {"splits", r.splits}, {"head_group", r.head_group}, {"median_us", r.median_us},
                            {"min_us", r.min_us}, {"tflops", r.tflops}, {"gbps", r.gbps}, {"frac_mma", r.frac_mma},
                            {"frac_copy", r.frac_copy}, {"gather_us", r.gather_us}, {"frac_gather", r.frac_gather},
                            {"capacity", r.c.capacity}, {"finite", r.finite}, {"clock_mhz", r.clock_mhz}});
@@ -260,6 +257,10 @@ void add_bench_command(CLI::App& app) {
   dec->add_option("--heads", f->heads, "query heads per row");
   dec->add_option("--topk", f->topk, "top-k entries per row");
   dec->add_option("--splits", f->splits, "force the number of KV splits (0 = planner)");
+  dec->add_option("--kernel", f->kernel,
+                  "decode kernel: automatic (the planner's choice), sm80_mma, sm80_h16, sm90_ws, sm90_ws_pair, "
+                  "sm90_ws_pair_wide or sm90_h16 (an error when the device or the shape cannot run it)")
+      ->capture_default_str();
   dec->add_option("--capacity", f->capacity, "cache slots the random indices point into (rounded up to a multiple of 65536)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 26))
       ->capture_default_str();

@@ -4,14 +4,21 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <ostream>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "nvfp4mla/cuda/cache_write.h"
+#include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/device.h"
 #include "nvfp4mla/record.h"
+
+namespace nvfp4mla {
+// Test parameters print as the kernel's name.
+inline void PrintTo(DecodeKernel k, std::ostream* os) { *os << to_string(k); }
+}  // namespace nvfp4mla
 
 #define NVFP4MLA_REQUIRE_GPU()                                         \
   do {                                                                 \

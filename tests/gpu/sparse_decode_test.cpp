@@ -4,6 +4,9 @@
 // every (row, head)'s output within its bound (about 1.4%), FlashMLA's cosine limits, and the
 // LSE within |d| <= 1e-5 or <= 8/65536 |ref|. Every problem holds the boundary indices
 // capacity - 1, capacity, -1, INT32_MIN and INT32_MAX (support/attention_problem.h).
+// Every suite runs once per decode kernel (the test parameter: GpuSparseDecode/Kernels.X/sm80_mma
+// ...) on every shape that kernel can run on this device, so the portable sm80 kernels that
+// sm_100 and sm_120 builds run are tested on the H200 too; a kernel the device cannot run skips.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "gpu/gpu_support.h"
+#include "nvfp4mla/arch.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/decode_plan.h"
@@ -38,7 +42,7 @@ struct GpuResult {
   std::vector<float> lse;
 };
 
-GpuResult run_gpu(const AttentionProblem& p, int forced_splits, LseBase base = LseBase::natural) {
+GpuResult run_gpu(const AttentionProblem& p, DecodeKernel kernel, int forced_splits, LseBase base = LseBase::natural) {
   DeviceBuffer<uint16_t> q(p.q);
   DeviceBuffer<uint8_t> cache(p.cache);  // with the NaN guard record past the end
   DeviceBuffer<int32_t> idx(p.indices);
@@ -53,7 +57,7 @@ GpuResult run_gpu(const AttentionProblem& p, int forced_splits, LseBase base = L
   a.indices = idx.get();
   a.topk_length = p.topk_length.empty() ? nullptr : len.get();
   a.lse_base = base;
-  const auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, cuda::current_sm_count(), forced_splits);
+  const auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, current_device_arch(), forced_splits, kernel);
   const auto ws_layout = decode_workspace_layout(plan, p.rows, p.heads);
   DeviceBuffer<uint8_t> ws(ws_layout.total_bytes);
   ws.fill_bytes(0xFF);
@@ -69,14 +73,33 @@ struct Margins {
 };
 Margins g_margins;
 
-class GpuSparseDecode : public ::testing::Test {
+// The kernel under test; shapes it cannot run are left out (runs), and a test that ran none skips.
+class GpuSparseDecode : public ::testing::TestWithParam<DecodeKernel> {
  protected:
-  void SetUp() override { g_margins = {}; }
+  void SetUp() override {
+    g_margins = {};
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    arch_ = current_device_arch();
+  }
+  DecodeKernel kernel() const { return GetParam(); }
+  bool runs(const RecordSpec& spec, int heads) {
+    const bool ok = !decode_kernel_unsupported(kernel(), arch_, spec, heads);
+    ran_ += ok;
+    return ok;
+  }
+  GpuResult run(const AttentionProblem& p, int forced_splits, LseBase base = LseBase::natural) {
+    return run_gpu(p, kernel(), forced_splits, base);
+  }
+  void skip_if_none_ran() {
+    if (ran_ == 0) GTEST_SKIP() << to_string(kernel()) << " runs none of these shapes on " << to_string(arch_);
+  }
   void TearDown() override {
     if (IsSkipped()) return;
     std::printf("[bounds] worst |error| / bound: element %.3f, norm %.3f; worst cosine difference %.2e\n", g_margins.element,
                 g_margins.norm, g_margins.cos);
   }
+  ArchSpec arch_;
+  int ran_ = 0;
 };
 
 // Compare with the fp64 reference on the kernel's operands (output_compare.h).
@@ -103,20 +126,20 @@ int64_t compare(const AttentionProblem& p, const GpuResult& g, LseBase base = Ls
 
 }  // namespace
 
-TEST_F(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
   uint64_t seed = 1;
   for (const auto& spec : kAllSpecs) {
     for (int heads : {8, 16, 32, 64, 128}) {
       SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads));
       const auto p = make_problem(spec, /*rows=*/5, heads, /*topk=*/320, seed++);
-      EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
+      if (!runs(spec, heads)) continue;
+      EXPECT_EQ(compare(p, run(p, 0)), 0);
     }
   }
+  skip_if_none_ran();
 }
 
-TEST_F(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
   // 16 and 128 heads with NVFP4 records: 64-entry tiles on sm_90; topk 2080 is 65 planner tiles,
   // so with one split the last 64-entry tile is half past the end. 24 heads: two 16-head groups,
   // the second one half full.
@@ -124,16 +147,17 @@ TEST_F(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
     for (int heads : {16, 24, 64, 128})
       for (int topk : {2048, 2080}) {
         SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads) + " topk " + std::to_string(topk));
+        if (!runs(spec, heads)) continue;
         const auto p = make_problem(spec, 4, heads, topk, 11);
-        const auto one = run_gpu(p, 1), many = run_gpu(p, 32), odd = run_gpu(p, 7);
+        const auto one = run(p, 1), many = run(p, 32), odd = run(p, 7);
         EXPECT_EQ(compare(p, one), 0);
         EXPECT_EQ(compare(p, many), 0);
         EXPECT_EQ(compare(p, odd), 0);
       }
+  skip_if_none_ran();
 }
 
-TEST_F(GpuSparseDecode, TopkLengthEmptyRowsAndRaggedTopk) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuSparseDecode, TopkLengthEmptyRowsAndRaggedTopk) {
   ProblemOptions opt;
   opt.lengths = true;
   uint64_t seed = 50;
@@ -142,29 +166,31 @@ TEST_F(GpuSparseDecode, TopkLengthEmptyRowsAndRaggedTopk) {
       for (int topk : {64, 100, 1000}) {  // ragged widths are masked up to the next multiple of 64
         SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads) + " topk " + std::to_string(topk));
         const auto p = make_problem(spec, 6, heads, topk, seed++, opt);
-        EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
-        EXPECT_EQ(compare(p, run_gpu(p, 3)), 0);
+        if (!runs(spec, heads)) continue;
+        EXPECT_EQ(compare(p, run(p, 0)), 0);
+        EXPECT_EQ(compare(p, run(p, 3)), 0);
       }
   }
+  skip_if_none_ran();
 }
 
-TEST_F(GpuSparseDecode, Base2LseAndLargeMagnitudes) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuSparseDecode, Base2LseAndLargeMagnitudes) {
   const ProblemOptions opt = ProblemOptions::wide_magnitudes();
   uint64_t seed = 77;
   for (const auto& spec : kAllSpecs) {
     SCOPED_TRACE(nvfp4mla::testing::spec_name(spec));
     const auto p = make_problem(spec, 3, 32, 512, seed++, opt);
-    EXPECT_EQ(compare(p, run_gpu(p, 0, LseBase::base2), LseBase::base2), 0);
+    if (!runs(spec, 32)) continue;
+    EXPECT_EQ(compare(p, run(p, 0, LseBase::base2), LseBase::base2), 0);
   }
+  skip_if_none_ran();
 }
 
 // Tokens whose outer scales are degenerate: zero latent (a zero dynamic scale), zero RoPE, both,
 // and a latent 1e-36 of its RoPE (a subnormal dynamic scale). The 16-head NVFP4 kernel applies
 // the outer scales in fp32 to scores and weights, so these are its edge cases; the other kernels
 // fold them into the BF16 K values.
-TEST_F(GpuSparseDecode, DegenerateOuterScales) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuSparseDecode, DegenerateOuterScales) {
   ProblemOptions opt;
   opt.degenerate = true;
   uint64_t seed = 300;
@@ -172,38 +198,98 @@ TEST_F(GpuSparseDecode, DegenerateOuterScales) {
     for (int heads : {16, 64, 128}) {
       SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads));
       const auto p = make_problem(spec, 3, heads, 256, seed++, opt);
-      EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
+      if (!runs(spec, heads)) continue;
+      EXPECT_EQ(compare(p, run(p, 0)), 0);
     }
   }
+  skip_if_none_ran();
 }
 
-TEST_F(GpuSparseDecode, LongTopk) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuSparseDecode, LongTopk) {
   ProblemOptions opt;
   opt.invalid_entries = false;
-  const auto p = make_problem(kAllSpecs[6], 2, 16, 16384, 99, opt);
-  EXPECT_EQ(compare(p, run_gpu(p, 0)), 0);
+  for (int heads : {16, 128}) {
+    SCOPED_TRACE(heads);
+    if (!runs(kAllSpecs[6], heads)) continue;
+    const auto p = make_problem(kAllSpecs[6], 2, heads, 16384, 99, opt);
+    EXPECT_EQ(compare(p, run(p, 0)), 0);
+  }
+  skip_if_none_ran();
 }
 
-TEST_F(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
   const auto p = make_problem(kAllSpecs[4], 2, 16, 256, 5);
+  if (!runs(p.spec, p.heads)) GTEST_SKIP() << to_string(kernel()) << " does not run 16 heads here";
+  // Valid device arguments, so that the plan and the workspace are what is wrong.
+  DeviceBuffer<uint16_t> q(p.q), out(static_cast<size_t>(p.rows) * p.heads * kLatentDim);
+  DeviceBuffer<uint8_t> cache(p.cache);
+  DeviceBuffer<int32_t> idx(p.indices);
+  DeviceBuffer<float> lse(static_cast<size_t>(p.rows) * p.heads);
   SparseMlaArgs a = p.host_args();
-  auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, 132, 4);
-  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 0, nullptr, nullptr, nullptr), Error);
+  a.q = q.get();
+  a.cache = cache.get();
+  a.indices = idx.get();
+  a.topk_length = nullptr;
+  auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, arch_, 4, kernel());
+  ASSERT_GT(plan.splits, 1);
+  DeviceBuffer<uint8_t> ws(decode_workspace_layout(plan, p.rows, p.heads).total_bytes);
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 0, out.get(), lse.get(), nullptr), Error);  // no workspace
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size() - 256, out.get(), lse.get(), nullptr), Error);
+  ASSERT_NO_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   plan.num_tiles = 1;
-  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 1 << 20, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr), Error);
+}
+
+// A plan that names no kernel, or one the device cannot run, is refused before any launch.
+TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
+  NVFP4MLA_REQUIRE_GPU();
+  // fp8 records: no 16-head or wide-tile kernel reads them, on any device.
+  const auto p = make_problem(kAllSpecs[1], 2, 128, 256, 5);
+  const ArchSpec arch = current_device_arch();
+  int refused = 0;
+  auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, arch);
+  // Every argument valid but the plan's kernel: the refusal is the only error left.
+  DeviceBuffer<uint16_t> q(p.q);
+  DeviceBuffer<uint8_t> cache(p.cache);
+  DeviceBuffer<int32_t> idx(p.indices);
+  DeviceBuffer<uint16_t> out(static_cast<size_t>(p.rows) * p.heads * kLatentDim);
+  DeviceBuffer<float> lse(static_cast<size_t>(p.rows) * p.heads);
+  DeviceBuffer<uint8_t> ws(decode_workspace_layout(plan, p.rows, p.heads).total_bytes + 256);
+  SparseMlaArgs a = p.host_args();
+  a.q = q.get();
+  a.cache = cache.get();
+  a.indices = idx.get();
+  a.topk_length = nullptr;
+  auto run = [&] { cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr); };
+  ASSERT_NO_THROW(run());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  plan.kernel = DecodeKernel::automatic;
+  EXPECT_THROW(run(), Error);
+  for (DecodeKernel k : all_decode_kernels()) {
+    if (!decode_kernel_unsupported(k, arch, p.spec, p.heads)) continue;
+    SCOPED_TRACE(to_string(k));
+    EXPECT_THROW(plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, arch, 0, k), Error);
+    plan.kernel = k;
+    EXPECT_THROW(run(), Error);
+    ++refused;
+  }
+  EXPECT_GE(refused, 3);
 }
 
 // Small enough for compute-sanitizer: the 64-head path (warp-specialized on sm_90) and the
 // 16-head path, several splits, masked entries, an empty row.
-TEST_F(GpuSparseDecode, SanitizerSized) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuSparseDecode, SanitizerSized) {
   ProblemOptions opt;
   opt.lengths = true;
-  for (int heads : {16, 64, 128}) {  // 128: the cluster-pair kernel on sm_90
+  for (int heads : {16, 64, 128}) {  // 128: the cluster-pair kernels on sm_90
     SCOPED_TRACE(heads);
+    if (!runs(kAllSpecs[6], heads)) continue;
     const auto p = make_problem(kAllSpecs[6], 3, heads, 200, 123, opt);
-    EXPECT_EQ(compare(p, run_gpu(p, 2)), 0);
+    EXPECT_EQ(compare(p, run(p, 2)), 0);
   }
+  skip_if_none_ran();
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GpuSparseDecode, ::testing::ValuesIn(all_decode_kernels()),
+                         [](const ::testing::TestParamInfo<DecodeKernel>& info) { return std::string(to_string(info.param)); });

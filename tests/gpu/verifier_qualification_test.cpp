@@ -10,6 +10,9 @@
 // (row, head) over every batch was 5.39e-6, on the extend route, 128 heads, nvfp4-368 static;
 // the worst per format and route is printed). A format whose batches all pass is
 // decode-qualified (serving::decode_qualified, docs/ROUTING.md).
+// Both suites run once per decode kernel the device supports (the test parameter): the decode
+// route with the planner's splits, the extend route with one split per row (cuda::sparse_extend
+// itself for the planner's kernel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "gpu/gpu_support.h"
+#include "nvfp4mla/arch.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/cuda/cache_write.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
@@ -55,7 +59,7 @@ struct BatchFailures {
 constexpr double kCosLimit = 1e-5;
 
 // Runs one verifier batch through both routes and the fp64 reference; counts the failures.
-BatchFailures check_batch(const RecordSpec& spec, int width, uint64_t seed, int heads = 64) {
+BatchFailures check_batch(const RecordSpec& spec, DecodeKernel kernel, int width, uint64_t seed, int heads = 64) {
   const int topk = 2048, requests = 3;
   const std::vector<int64_t> context = {kContextLimit - width - 1, 600'000 + int64_t(seed % 1000), 3000};
   const auto rows_info = serving::build_verifier_rows(context, width, topk);
@@ -114,8 +118,9 @@ BatchFailures check_batch(const RecordSpec& spec, int width, uint64_t seed, int 
     DeviceBuffer<float> lse(size_t(rows) * heads);
     out.fill_bytes(0xFF);
     lse.fill_bytes(0xFF);
-    if (decode) {
-      const auto plan = plan_sparse_decode(spec, rows, heads, topk, cuda::current_sm_count());
+    const ArchSpec arch = current_device_arch();
+    if (decode || kernel != default_decode_kernel(arch, spec, heads)) {
+      const auto plan = plan_sparse_decode(spec, rows, heads, topk, arch, decode ? 0 : 1, kernel);
       const auto ws_layout = decode_workspace_layout(plan, rows, heads);
       DeviceBuffer<uint8_t> ws(ws_layout.total_bytes);
       cuda::sparse_decode(spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr);
@@ -149,7 +154,7 @@ BatchFailures check_batch(const RecordSpec& spec, int width, uint64_t seed, int 
   h.indices = compact_idx.data();
   h.topk_length = rows_info.topk_length.data();
   std::vector<float> ref_out(size_t(rows) * heads * kLatentDim), ref_lse(size_t(rows) * heads);
-  const auto plan = plan_sparse_decode(spec, rows, heads, topk, cuda::current_sm_count());
+  const auto plan = plan_sparse_decode(spec, rows, heads, topk, current_device_arch(), 0, kernel);
   const bool bf16_k = cuda::decode_rounds_k_to_bf16(spec, plan);
   sparse_mla_reference(spec, h, ref_out.data(), ref_lse.data(), {.bf16_operands = bf16_k});
   // Error bounds of each route (their KV splits differ) and of the difference of the two.
@@ -193,11 +198,11 @@ BatchFailures check_batch(const RecordSpec& spec, int width, uint64_t seed, int 
 }
 
 // Sums the failures of every batch of one format, prints the per-format record line.
-void qualify(const RecordSpec& spec, const std::vector<int>& widths, int heads, uint64_t& seed) {
+void qualify(const RecordSpec& spec, DecodeKernel kernel, const std::vector<int>& widths, int heads, uint64_t& seed) {
   BatchFailures total;
   for (int width : widths) {
     SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " MTP width " + std::to_string(width) + " heads " + std::to_string(heads));
-    const BatchFailures f = check_batch(spec, width, seed++, heads);
+    const BatchFailures f = check_batch(spec, kernel, width, seed++, heads);
     total.decode_vs_reference += f.decode_vs_reference;
     total.extend_vs_reference += f.extend_vs_reference;
     total.decode_vs_extend += f.decode_vs_extend;
@@ -208,9 +213,9 @@ void qualify(const RecordSpec& spec, const std::vector<int>& widths, int heads, 
   }
   // One line per format and head count for the qualification record in docs/ROUTING.md.
   std::printf(
-      "[qualification] %s heads %d: failures decode-vs-reference %lld, extend-vs-reference %lld, decode-vs-extend %lld; "
+      "[qualification] %s %s heads %d: failures decode-vs-reference %lld, extend-vs-reference %lld, decode-vs-extend %lld; "
       "worst cosine difference vs reference: decode %.2e, extend %.2e; worst |error| / bound: element %.3f, norm %.3f\n",
-      nvfp4mla::testing::spec_name(spec).c_str(), heads, static_cast<long long>(total.decode_vs_reference),
+      to_string(kernel), nvfp4mla::testing::spec_name(spec).c_str(), heads, static_cast<long long>(total.decode_vs_reference),
       static_cast<long long>(total.extend_vs_reference), static_cast<long long>(total.decode_vs_extend),
       total.worst_cos_decode, total.worst_cos_extend, total.worst_element, total.worst_norm);
   EXPECT_EQ(total.decode_vs_reference + total.extend_vs_reference + total.decode_vs_extend, 0);
@@ -218,17 +223,38 @@ void qualify(const RecordSpec& spec, const std::vector<int>& widths, int heads, 
 
 }  // namespace
 
-TEST(GpuVerifierQualification, RoutesMatchTheReferenceAndEachOther) {
-  NVFP4MLA_REQUIRE_GPU();
+class GpuVerifierQualification : public ::testing::TestWithParam<DecodeKernel> {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    arch_ = current_device_arch();
+  }
+  // Qualifies every format the kernel runs with `heads`; false when it runs none.
+  bool qualify_all(const std::vector<int>& widths, int heads, uint64_t& seed) {
+    bool any = false;
+    for (const auto& spec : nvfp4mla::testing::kAllRecordSpecs) {
+      if (decode_kernel_unsupported(GetParam(), arch_, spec, heads)) continue;
+      any = true;
+      qualify(spec, GetParam(), widths, heads, seed);
+    }
+    return any;
+  }
+  ArchSpec arch_;
+};
+
+TEST_P(GpuVerifierQualification, RoutesMatchTheReferenceAndEachOther) {
   uint64_t seed = 1000;
-  for (const auto& spec : nvfp4mla::testing::kAllRecordSpecs) qualify(spec, {1, 2, 3, 4, 5, 6, 7, 8}, 64, seed);
+  if (!qualify_all({1, 2, 3, 4, 5, 6, 7, 8}, 64, seed)) GTEST_SKIP() << to_string(GetParam()) << " does not run 64 heads here";
 }
 
 // The other kernel shapes a verifier batch can take: 16 heads (the portable kernel) and 128
 // heads (on sm_90 the 2-CTA cluster kernel), at the narrowest, a middle and the widest MTP width.
-TEST(GpuVerifierQualification, OtherHeadCounts) {
-  NVFP4MLA_REQUIRE_GPU();
+TEST_P(GpuVerifierQualification, OtherHeadCounts) {
   uint64_t seed = 5000;
-  for (const auto& spec : nvfp4mla::testing::kAllRecordSpecs)
-    for (int heads : {16, 128}) qualify(spec, {1, 4, 8}, heads, seed);
+  bool any = false;
+  for (int heads : {16, 128}) any = qualify_all({1, 4, 8}, heads, seed) || any;
+  if (!any) GTEST_SKIP() << to_string(GetParam()) << " does not run 16 or 128 heads here";
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GpuVerifierQualification, ::testing::ValuesIn(all_decode_kernels()),
+                         [](const ::testing::TestParamInfo<DecodeKernel>& info) { return std::string(to_string(info.param)); });

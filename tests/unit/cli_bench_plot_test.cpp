@@ -96,6 +96,8 @@ TEST(CliBench, BadTimingFlagsAreRejectedBeforeAnyGpuWork) {
   for (const char* cmd : {"decode", "write", "extend"})
     expect_cli_error(dir, std::string("bench ") + cmd + " --l2-flush sometimes --json out.json", "--l2-flush");
   expect_cli_error(dir, "bench decode --warmup-seconds -1", "--warmup-seconds");
+  // An unknown decode kernel is named, with the names there are.
+  expect_cli_error(dir, "bench decode --kernel sm99", "unknown name 'sm99' (one of automatic, sm80_mma");
 }
 
 #endif

@@ -3,30 +3,38 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "lib/ops/sparse_mla/decode/kernel_shapes.h"
+#include "nvfp4mla/arch.h"
 #include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/device.h"
 #include "nvfp4mla/error.h"
 
 using namespace nvfp4mla;
 
+namespace {
+const ArchSpec kH200 = arch_spec(9, 0, 132);
+}  // namespace
+
 TEST(DecodePlan, HeadGroupsAreNativeNotPaddedTo64) {
   const RecordSpec spec = kSpecNvfp4Fp8Rope;
-  EXPECT_EQ(plan_sparse_decode(spec, 128, 8, 2048, 132).head_group, 16);
-  EXPECT_EQ(plan_sparse_decode(spec, 128, 16, 2048, 132).head_group, 16);
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 8, 2048, kH200).head_group, 16);
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 16, 2048, kH200).head_group, 16);
   // 17-32 heads: two groups of the 16-head kernel with NVFP4 records, 32-row tiles otherwise.
   for (int heads : {17, 24, 32}) {
-    const auto p = plan_sparse_decode(spec, 128, heads, 2048, 132);
+    const auto p = plan_sparse_decode(spec, 128, heads, 2048, kH200);
     EXPECT_EQ(p.head_group, 16);
     EXPECT_EQ(p.num_head_groups, 2);
-    EXPECT_EQ(p.warps, kDecodeH16Warps);
-    EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Bf16Rope, 128, heads, 2048, 132).head_group, 16);
-    EXPECT_EQ(plan_sparse_decode(kSpecFp8, 128, heads, 2048, 132).head_group, 32);
-    EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, heads, 2048, 132).head_group, 32);
+    EXPECT_EQ(p.warps, decode::kSm90H16Warps);
+    EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Bf16Rope, 128, heads, 2048, kH200).head_group, 16);
+    EXPECT_EQ(plan_sparse_decode(kSpecFp8, 128, heads, 2048, kH200).head_group, 32);
+    EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, heads, 2048, kH200).head_group, 32);
   }
-  EXPECT_EQ(plan_sparse_decode(spec, 128, 33, 2048, 132).head_group, 64);
-  EXPECT_EQ(plan_sparse_decode(spec, 128, 64, 2048, 132).head_group, 64);
-  const auto p128 = plan_sparse_decode(spec, 128, 128, 2048, 132);
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 33, 2048, kH200).head_group, 64);
+  EXPECT_EQ(plan_sparse_decode(spec, 128, 64, 2048, kH200).head_group, 64);
+  const auto p128 = plan_sparse_decode(spec, 128, 128, 2048, kH200);
   EXPECT_EQ(p128.head_group, 64);
   EXPECT_EQ(p128.num_head_groups, 2);
 }
@@ -35,7 +43,7 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
   for (int rows : {1, 3, 32, 128, 256, 1000})
     for (int heads : {8, 16, 32, 64, 128})
       for (int topk : {64, 100, 2048, 16384}) {
-        const auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, 132);
+        const auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, kH200);
         SCOPED_TRACE(testing::Message() << rows << "x" << heads << "x" << topk);
         EXPECT_EQ(p.num_tiles, (topk + p.tile_tokens - 1) / p.tile_tokens);
         EXPECT_GE(p.splits, 1);
@@ -45,41 +53,41 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
         EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);  // the last split has work
         // No other split count has a smaller (waves x (tiles per split + fixed cost)) estimate.
         const int64_t slots = int64_t(132) * p.ctas_per_sm;
-        const auto estimate = [&](const DecodePlan& q) { return (q.ctas(rows) + slots - 1) / slots * (q.tiles_per_split + kDecodeCtaFixedTiles); };
+        const auto estimate = [&](const DecodePlan& q) { return (q.ctas(rows) + slots - 1) / slots * (q.tiles_per_split + decode::kCtaFixedTiles); };
         for (int s = 1; s <= std::min(p.num_tiles, (topk + 63) / 64); ++s)
-          EXPECT_LE(estimate(p), estimate(plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, 132, s))) << s;
+          EXPECT_LE(estimate(p), estimate(plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, kH200, s))) << s;
       }
   // Rows 256 x 64 heads: two waves of whole rows beat four waves of half rows plus a merge.
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 64, 2048, 132).splits, 1);
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 128, 2048, 132).splits, 1);
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132).splits, 1);  // one wave at 1 CTA per SM
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 64, 2048, kH200).splits, 1);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 128, 2048, kH200).splits, 1);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, kH200).splits, 1);  // one wave at 1 CTA per SM
   // 16-head NVFP4 splits hold whole 64-entry tiles.
   for (int rows : {1, 3, 40})
     for (int topk : {64, 2048, 2080}) {
-      const auto q = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, 16, topk, 132);
-      EXPECT_TRUE(q.splits == 1 || q.tiles_per_split % kDecodeH16TileTiles == 0) << rows << " " << topk;
+      const auto q = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, 16, topk, kH200);
+      EXPECT_TRUE(q.splits == 1 || q.tiles_per_split % (decode::kSm90H16Tile / decode::kPlannerTile) == 0) << rows << " " << topk;
     }
   // (Only they have that cap: 128 heads with an odd tile count keeps its single split.)
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2080, 132, 1).splits, 1);
-  // ... and at most kDecodeH16MaxSplitEntries (their indices are staged in shared memory), even
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2080, kH200, 1).splits, 1);
+  // ... and at most decode::kSm90H16MaxSplitEntries (their indices are staged in shared memory), even
   // when a single split would be the estimate's choice or is forced.
   for (int forced : {0, 1})
     for (int topk : {16384, 16448, 40000}) {
-      const auto q = plan_sparse_decode(kSpecNvfp4Fp8Rope, 300, 16, topk, 132, forced);
-      EXPECT_LE(q.tiles_per_split * q.tile_tokens, kDecodeH16MaxSplitEntries) << topk;
+      const auto q = plan_sparse_decode(kSpecNvfp4Fp8Rope, 300, 16, topk, kH200, forced);
+      EXPECT_LE(q.tiles_per_split * q.tile_tokens, decode::kSm90H16MaxSplitEntries) << topk;
       if (forced == 1)
-        EXPECT_EQ(q.splits, (topk + kDecodeH16MaxSplitEntries - 1) / kDecodeH16MaxSplitEntries) << topk;
+        EXPECT_EQ(q.splits, (topk + decode::kSm90H16MaxSplitEntries - 1) / decode::kSm90H16MaxSplitEntries) << topk;
     }
-  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, 16, 2048, 132).splits, 3);
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, 132, 7).splits, 7);
-  const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, 132, 50);
+  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, 16, 2048, kH200).splits, 3);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, kH200, 7).splits, 7);
+  const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, kH200, 50);
   EXPECT_EQ(clamped.splits, 2);  // at least 64 entries per split
-  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 0, 128, 132), Error);
-  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 8, 0, 132), Error);
+  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 0, 128, kH200), Error);
+  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 8, 0, kH200), Error);
 }
 
 // The planner's documented rule on a dense grid of shapes: the split count it picks has the
-// smallest estimate, (waves of resident CTAs) x (tiles per split + kDecodeCtaFixedTiles), of all
+// smallest estimate, (waves of resident CTAs) x (tiles per split + decode::kCtaFixedTiles), of all
 // allowed counts, and no plan with fewer splits reaches that estimate (the fewest splits win
 // among equal estimates). Each candidate is the planner's own plan with that many splits forced;
 // its tiles per split count whole kernel tiles (the 16-head NVFP4 kernels and paired 64-head
@@ -94,18 +102,17 @@ TEST(DecodePlan, FewestSplitsWinAmongEqualEstimates) {
     for (int sm_count : {132, 78})
       for (int heads : {8, 16, 32, 64, 128})
         for (int topk : topks) {
+          const ArchSpec arch = arch_spec(9, 0, sm_count);
           // Forced plans do not depend on the row count: one per allowed split count.
           std::vector<DecodePlan> candidates;
-          for (int s = 1; s <= (topk + 63) / 64; ++s) candidates.push_back(plan_sparse_decode(spec, 1, heads, topk, sm_count, s));
+          for (int s = 1; s <= (topk + 63) / 64; ++s) candidates.push_back(plan_sparse_decode(spec, 1, heads, topk, arch, s));
           for (int rows = 1; rows <= 64; ++rows, ++shapes) {
-            const DecodePlan p = plan_sparse_decode(spec, rows, heads, topk, sm_count);
+            const DecodePlan p = plan_sparse_decode(spec, rows, heads, topk, arch);
             const int64_t slots = int64_t(sm_count) * p.ctas_per_sm;
             const auto estimate = [&](const DecodePlan& q) {
-              const int kernel_tile = decode_uses_h16_kernel(spec, q.head_group)                         ? kDecodeH16TileTiles
-                                      : decode_uses_wide_tiles(spec, q.head_group, q.num_head_groups) ? kDecodeWideTileTiles
-                                                                                                        : 1;
+              const int kernel_tile = decode::kernel_shape(q.kernel, spec, heads).split_tiles;
               const int tiles = (q.tiles_per_split + kernel_tile - 1) / kernel_tile * kernel_tile;
-              return (q.ctas(rows) + slots - 1) / slots * (tiles + kDecodeCtaFixedTiles);
+              return (q.ctas(rows) + slots - 1) / slots * (tiles + decode::kCtaFixedTiles);
             };
             int64_t best = INT64_MAX;
             int fewest = 0;
@@ -127,56 +134,118 @@ TEST(DecodePlan, FewestSplitsWinAmongEqualEstimates) {
 // NVFP4 records with paired 64-head groups run 64-entry K buffers on sm_90: splits hold whole
 // pairs of planner tiles (only a single split of an odd tile count ends on half of one).
 TEST(DecodePlan, WideTilesKeepSplitsWhole) {
-  EXPECT_TRUE(decode_uses_wide_tiles(kSpecNvfp4Fp8Rope, 64, 2));
-  EXPECT_TRUE(decode_uses_wide_tiles(kSpecNvfp4Bf16Rope, 64, 4));
-  EXPECT_FALSE(decode_uses_wide_tiles(kSpecNvfp4Fp8Rope, 64, 1));  // 64 heads: no pair
-  EXPECT_FALSE(decode_uses_wide_tiles(kSpecFp8, 64, 2));
-  EXPECT_FALSE(decode_uses_wide_tiles(kSpecNvfp4Fp8Rope, 16, 8));
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm90_ws_pair_wide);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Bf16Rope, 256), DecodeKernel::sm90_ws_pair_wide);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 64), DecodeKernel::sm90_ws);  // 64 heads: no pair
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 128), DecodeKernel::sm90_ws_pair);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm90_h16);
   for (int heads : {128, 256})
     for (int rows : {1, 4, 32, 256})
       for (int topk : {64, 100, 2048, 2080, 16384})
         for (int forced : {0, 3, 5, 7}) {
-          const auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, 132, forced);
+          const auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, rows, heads, topk, kH200, forced);
           SCOPED_TRACE(testing::Message() << rows << "x" << heads << "x" << topk << " splits " << forced);
-          EXPECT_TRUE(p.tiles_per_split % kDecodeWideTileTiles == 0 || (p.splits == 1 && p.tiles_per_split == p.num_tiles));
+          EXPECT_TRUE(p.tiles_per_split % (decode::kWsWideTile / decode::kPlannerTile) == 0 || (p.splits == 1 && p.tiles_per_split == p.num_tiles));
           EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
           EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);
         }
   // 64 tiles in 5 splits: 13 tiles each for fp8 records, 14 (seven wide tiles) for NVFP4.
-  EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, 132, 5).tiles_per_split, 13);
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, 132, 5).tiles_per_split, 14);
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 64, 2048, 132, 5).tiles_per_split, 13);
+  EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, kH200, 5).tiles_per_split, 13);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200, 5).tiles_per_split, 14);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 64, 2048, kH200, 5).tiles_per_split, 13);
 }
 
 TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
   for (int hg : {16, 32, 64})
     for (const auto& spec : {kSpecBf16, kSpecFp8, kSpecNvfp4Bf16Rope, kSpecNvfp4Fp8Rope}) {
-      const auto cfg = decode_tile_config(hg);
+      const auto cfg = decode::tile_config(hg);
       const bool raw_is_k_row = spec.dtype == CacheDtype::bf16;
-      const int stages = decode_stages(cfg, spec.record_bytes(), raw_is_k_row);
+      const int stages = decode::mma_stages(cfg, spec.record_bytes(), raw_is_k_row);
       EXPECT_GE(stages, 1);
-      EXPECT_LE(decode_smem_bytes(cfg, spec.record_bytes(), raw_is_k_row, stages), kDecodeSmemPerBlock);
+      EXPECT_LE(decode::mma_smem_bytes(cfg, spec.record_bytes(), raw_is_k_row, stages), decode::kSmemBudgetPerBlock);
     }
   // 16 heads, portable kernel (bf16 records here): three CTAs per SM (measured faster than two
   // CTAs with deeper prefetch).
-  const auto p16 = plan_sparse_decode(kSpecBf16, 128, 16, 2048, 132);
+  const auto p16 = plan_sparse_decode(kSpecBf16, 128, 16, 2048, kH200);
   EXPECT_EQ(p16.ctas_per_sm, 3);
   EXPECT_EQ(p16.stages, 1);
   // NVFP4 records with 16 heads: the 16-head kernel's own budget.
-  const auto h16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, 132);
-  EXPECT_EQ(h16.ctas_per_sm, kDecodeH16CtasPerSm);
-  EXPECT_EQ(h16.stages, kDecodeH16Stages);
-  EXPECT_EQ(h16.warps, kDecodeH16Warps);
-  EXPECT_GE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 64, 2048, 132).stages, 2);
+  const auto h16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 16, 2048, kH200);
+  EXPECT_EQ(h16.kernel, DecodeKernel::sm90_h16);
+  EXPECT_EQ(h16.ctas_per_sm, 1);
+  EXPECT_EQ(h16.stages, 1);
+  EXPECT_EQ(h16.warps, decode::kSm90H16Warps);
+  EXPECT_GE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 64, 2048, kH200).stages, 2);
 }
 
 TEST(DecodePlan, WorkspaceLayout) {
-  auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, 10, 16, 2048, 132, 4);
+  auto p = plan_sparse_decode(kSpecNvfp4Fp8Rope, 10, 16, 2048, kH200, 4);
   const auto w = decode_workspace_layout(p, 10, 16);
   EXPECT_EQ(w.partial_out_bytes, size_t(10) * 16 * 4 * 512 * 4);
   EXPECT_EQ(w.partial_lse_offset % 256, 0u);
   EXPECT_GE(w.partial_lse_bytes, size_t(10) * 16 * 4 * 4);
   EXPECT_EQ(w.total_bytes, w.partial_out_bytes + w.partial_lse_bytes);
-  p = plan_sparse_decode(kSpecNvfp4Fp8Rope, 1000, 128, 2048, 132, 1);
+  p = plan_sparse_decode(kSpecNvfp4Fp8Rope, 1000, 128, 2048, kH200, 1);
   EXPECT_EQ(decode_workspace_layout(p, 1000, 128).total_bytes, 0u);
+}
+
+// The plan names its kernel: the planner's choice per architecture, any supported kernel on
+// request, and an error naming the reason for one that cannot run the problem.
+TEST(DecodePlan, KernelChoicePerArchitecture) {
+  const ArchSpec a100 = arch_spec(8, 0, 108);
+  EXPECT_FALSE(a100.wgmma);
+  EXPECT_TRUE(kH200.wgmma && kH200.clusters);
+  EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm80_h16);
+  EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm80_mma);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm80_mma);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 64), DecodeKernel::sm90_ws);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 32), DecodeKernel::sm80_mma);
+  for (const RecordSpec& spec : kAllRecordSpecs)
+    for (int heads : {8, 16, 24, 32, 64, 128}) {
+      SCOPED_TRACE(to_string(spec) + " heads " + std::to_string(heads));
+      const auto kernels = supported_decode_kernels(kH200, spec, heads);
+      EXPECT_NE(std::find(kernels.begin(), kernels.end(), default_decode_kernel(kH200, spec, heads)), kernels.end());
+      EXPECT_NE(std::find(kernels.begin(), kernels.end(), DecodeKernel::sm80_mma), kernels.end());  // the portable path
+      for (DecodeKernel k : kernels) {
+        const DecodePlan p = plan_sparse_decode(spec, 4, heads, 2048, kH200, 0, k);
+        EXPECT_EQ(p.kernel, k);
+        EXPECT_EQ(p.num_head_groups, (heads + p.head_group - 1) / p.head_group);
+      }
+    }
+  // Requests the device or the problem cannot serve.
+  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2048, a100, 0, DecodeKernel::sm90_ws), Error);
+  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, kH200, 0, DecodeKernel::sm90_ws_pair), Error);
+  EXPECT_THROW(plan_sparse_decode(kSpecFp8, 4, 128, 2048, kH200, 0, DecodeKernel::sm90_ws_pair_wide), Error);
+  EXPECT_THROW(plan_sparse_decode(kSpecFp8, 4, 16, 2048, kH200, 0, DecodeKernel::sm80_h16), Error);
+  try {
+    plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 16, 2048, a100, 0, DecodeKernel::sm90_h16);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sm_90a"), std::string::npos) << e.what();
+  }
+  // A kernel whose compiled shared memory exceeds the device's is refused, not launched.
+  const ArchSpec sm120 = arch_spec(12, 0, 188);
+  EXPECT_TRUE(decode_kernel_unsupported(DecodeKernel::sm80_mma, sm120, kSpecFp8, 64).has_value());
+  EXPECT_THROW(arch_spec(7, 5, 40), Error);
+  // Callers with only an SM count plan for the current device, or for sm_90 without one.
+  if (cuda_device_count() == 0) {
+    const DecodePlan by_count = plan_sparse_decode(kSpecNvfp4Fp8Rope, 3, 128, 2048, 132);
+    const DecodePlan by_arch = plan_sparse_decode(kSpecNvfp4Fp8Rope, 3, 128, 2048, kH200);
+    EXPECT_EQ(by_count.kernel, by_arch.kernel);
+    EXPECT_EQ(by_count.splits, by_arch.splits);
+  }
+  EXPECT_THROW(planning_arch(0), Error);
+  for (DecodeKernel k : all_decode_kernels()) EXPECT_EQ(parse_decode_kernel(to_string(k)), k);
+  EXPECT_EQ(parse_decode_kernel("automatic"), DecodeKernel::automatic);
+  EXPECT_THROW(parse_decode_kernel("sm90"), Error);
+}
+
+// Numerics follow the kernel: the 16-head NVFP4 kernels keep K exact; only sm80_h16 carries a
+// BF16 remainder of the weights.
+TEST(DecodePlan, NumericsAreTheKernels) {
+  for (DecodeKernel k : all_decode_kernels()) {
+    const bool h16 = k == DecodeKernel::sm80_h16 || k == DecodeKernel::sm90_h16;
+    EXPECT_EQ(decode_rounds_k_to_bf16(k), !h16) << to_string(k);
+    EXPECT_EQ(decode_weights_are_bf16(k), k != DecodeKernel::sm80_h16) << to_string(k);
+  }
 }

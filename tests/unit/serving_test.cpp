@@ -146,7 +146,7 @@ TEST(Scratch, RowsHeadsAndKernelSplits) {
   EXPECT_LE(p.splits, 2048 / 64);
   // The regions cover every row count the kernel may see up to decode_rows.
   for (int rows = 1; rows <= p.decode_rows; ++rows) {
-    const auto d = plan_sparse_decode(r.spec, rows, p.heads, r.topk, r.sm_count);
+    const auto d = plan_sparse_decode(r.spec, rows, p.heads, r.topk, arch_spec(r.compute_capability / 10, r.compute_capability % 10, r.sm_count));
     EXPECT_LE(decode_workspace_layout(d, rows, p.heads).partial_out_bytes, p.tmp_output_bytes) << rows;
   }
   r.max_num_batched_tokens = 4;  // never below max_num_seqs

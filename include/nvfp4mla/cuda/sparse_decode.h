@@ -13,18 +13,19 @@
 
 namespace nvfp4mla::cuda {
 
-// SM count of the current device (for plan_sparse_decode).
+// SM count of the current device.
 int current_sm_count();
 
-// Whether the kernel sparse_decode runs for `spec` and `plan` rounds each dequantized K value to
-// BF16 before its MMAs (the reference of the same operands: ReferenceOptions::bf16_operands). The
-// 16-head NVFP4 kernel does not: it feeds the exact e2m1 * d products and applies the outer
-// scales in fp32.
-bool decode_rounds_k_to_bf16(const RecordSpec& spec, const DecodePlan& plan);
-// Whether its softmax weights enter the output product as single BF16 values (relative error up
-// to 2^-9 each, as in FlashMLA); the 16-head NVFP4 kernel adds a BF16 remainder (~16 bits).
-bool decode_weights_are_bf16(const RecordSpec& spec, const DecodePlan& plan);
+// The numerics of the plan's kernel (decode_plan.h: decode_rounds_k_to_bf16(DecodeKernel)).
+inline bool decode_rounds_k_to_bf16(const RecordSpec&, const DecodePlan& plan) {
+  return nvfp4mla::decode_rounds_k_to_bf16(plan.kernel);
+}
+inline bool decode_weights_are_bf16(const RecordSpec&, const DecodePlan& plan) {
+  return nvfp4mla::decode_weights_are_bf16(plan.kernel);
+}
 
+// Runs the kernel the plan names (plan_sparse_decode for this problem; an error when the current
+// device cannot run it or the plan does not match the problem).
 // out: BF16 [rows, heads, 512]; lse: fp32 [rows, heads]; workspace of at least
 // decode_workspace_layout(plan, rows, heads).total_bytes, 256-byte aligned.
 void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& args, const DecodePlan& plan, void* workspace,

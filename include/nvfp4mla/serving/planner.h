@@ -24,7 +24,8 @@ struct ScratchRequest {
   SpecDecodeMode mode = SpecDecodeMode::automatic;
   PartialPrecision partials = PartialPrecision::fp32;
   int splits = 0;                 // 0: the decode planner's worst case for this device; else fixed
-  int sm_count = 132;             // for the decode planner (H200: 132)
+  int sm_count = 132;             // the GPU the decode planner plans for: SMs (H200: 132)
+  int compute_capability = 90;    // ... and compute capability, 10 * major + minor (H200: 90)
 };
 
 struct ScratchPlan {

@@ -40,8 +40,7 @@ __global__ void fill_indices(int32_t* p, int64_t n, uint64_t seed, int64_t capac
 // an impossible key, so the loads cannot be dropped: the random-gather ceiling of a decode case.
 // Each thread issues kGatherLoads 16-byte loads (of different records) before using any: a probe on
 // the H200 gathered rows 128 x topk 2048 of 368-byte records in 37 us this way against 49 us with
-// one warp per record and one load per lane, whose few loads in flight were the limit
-// (docs/PERF.md, seventh session).
+// one warp per record and one load per lane, whose few loads in flight were the limit.
 constexpr int kGatherLoads = 4;
 __global__ void read_records(const uint8_t* __restrict__ cache, int record_bytes, const int32_t* __restrict__ idx,
                              int64_t n, uint32_t* __restrict__ sink) {
@@ -141,7 +140,8 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
   std::vector<DecodeResult> out;
   cudaStream_t s = nullptr;
   L2Flusher flush(opt.l2_flush);
-  const int sms = cuda::current_sm_count();
+  const ArchSpec arch = current_device_arch();
+  const int sms = arch.sm_count;
   for (const auto& c : cases) {
     if (opt.progress) opt.progress("decode rows " + std::to_string(c.rows) + " heads " + std::to_string(c.heads) + " topk " + std::to_string(c.topk) + " " + to_string(c.spec.dtype) + "-" + std::to_string(c.spec.record_bytes()) + " " + to_string(c.spec.scale_mode));
     // A cache of c.capacity tokens (default 1M, far larger than the L2; rounded up to whole fill
@@ -173,7 +173,7 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     Dev<int32_t> idx(size_t(c.rows) * c.topk);
     fill_bf16<<<kFillBlocks, kFillThreads>>>(q.p, int64_t(q_elems), 30, 1.0f);
     fill_indices<<<kFillBlocks, kFillThreads>>>(idx.p, int64_t(c.rows) * c.topk, 40, capacity);
-    const auto plan = plan_sparse_decode(c.spec, c.rows, c.heads, c.topk, sms, c.forced_splits);
+    const auto plan = plan_sparse_decode(c.spec, c.rows, c.heads, c.topk, arch, c.forced_splits, c.kernel);
     const auto ws_layout = decode_workspace_layout(plan, c.rows, c.heads);
     Dev<uint8_t> ws(ws_layout.total_bytes);
     SparseMlaArgs a;
@@ -204,6 +204,7 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     r.c = c;
     r.splits = plan.splits;
     r.head_group = plan.head_group;
+    r.kernel = plan.kernel;
     r.median_us = median(ms) * 1e3;
     r.min_us = ms.ms.front() * 1e3;
     r.clock_mhz = ms.clock_mhz;

@@ -64,7 +64,7 @@ struct L2Flusher {
 // global nanosecond timer at both ends. On the H200 the cuBLAS ceiling runs put the GPU under its
 // software power cap, and for about half a second after them the SM clock stayed at 1545-1905 MHz
 // instead of 1980, which a latency-bound kernel timed in that window pays in full (docs/PERF.md,
-// twelfth session); the probe makes such a state visible in the results.
+// "Machine and method"); the probe makes such a state visible in the results.
 constexpr long long kProbeCycles = 100000;  // ~50 us at 2 GHz: 2% even if the timer moves only every microsecond
 __global__ void clock_probe(unsigned long long* out) {
   unsigned long long t0, t1;

@@ -114,7 +114,7 @@ void attention_cuda(const RecordSpec& spec, const SparseMlaArgs& host, const Att
   std::vector<uint16_t> out_bf16(o.out ? pairs * kLatentDim : 0);
   std::vector<float> lse_host(attend ? pairs : 0);
   if (attend) {
-    const DecodePlan plan = plan_sparse_decode(spec, a.rows, a.heads, a.topk, cuda::current_sm_count());
+    const DecodePlan plan = plan_sparse_decode(spec, a.rows, a.heads, a.topk, current_device_arch());
     const DecodeWorkspaceLayout layout = decode_workspace_layout(plan, a.rows, a.heads);
     const DeviceBytes workspace(layout.total_bytes);
     cuda::sparse_decode(spec, a, plan, workspace.as<void>(), layout.total_bytes, out.as<uint16_t>(), lse.as<float>(), stream);

@@ -1,5 +1,7 @@
 #include "nvfp4mla/eval/modes.h"
 
+#include <string>
+
 namespace nvfp4mla::eval {
 
 FormatConfig EvalMode::config(const std::filesystem::path& calibration_file) const {
@@ -12,19 +14,20 @@ FormatConfig EvalMode::config(const std::filesystem::path& calibration_file) con
   return FormatConfig::create(o, EnvironmentSettings{});
 }
 
+// One mode per record spec of the format module's list, in its order (bf16 first).
 std::vector<EvalMode> all_eval_modes() {
-  using R = RopeEncoding;
-  using S = ScaleMode;
-  const auto nv = CacheDtype::nvfp4_ds_mla;
-  return {
-      {"bf16-1152", "bf16_1152", CacheDtype::bf16, std::nullopt, std::nullopt},
-      {"fp8_ds_mla-656", "fp8_ds_mla_656", CacheDtype::fp8_ds_mla, std::nullopt, std::nullopt},
-      {"nvfp4-432 implicit", "nvfp4_432_implicit", nv, R::bf16, S::implicit},
-      {"nvfp4-432 static", "nvfp4_432_static", nv, R::bf16, S::static_calibrated},
-      {"nvfp4-368 implicit", "nvfp4_368_implicit", nv, R::fp8, S::implicit},
-      {"nvfp4-368 static", "nvfp4_368_static", nv, R::fp8, S::static_calibrated},
-      {"nvfp4-368 dynamic", "nvfp4_368_dynamic", nv, R::fp8, S::dynamic},
-  };
+  std::vector<EvalMode> modes;
+  for (const RecordSpec& s : kAllRecordSpecs) {
+    const std::string bytes = std::to_string(s.record_bytes());
+    if (!s.is_nvfp4()) {
+      const std::string name = std::string(to_string(s.dtype)) + "-" + bytes;
+      modes.push_back({name, std::string(to_string(s.dtype)) + "_" + bytes, s.dtype, std::nullopt, std::nullopt});
+    } else {
+      const std::string mode = to_string(s.scale_mode);
+      modes.push_back({"nvfp4-" + bytes + " " + mode, "nvfp4_" + bytes + "_" + mode, s.dtype, s.rope, s.scale_mode});
+    }
+  }
+  return modes;
 }
 
 }  // namespace nvfp4mla::eval

@@ -1,5 +1,7 @@
 #include "nvfp4mla/format.h"
 
+#include <string>
+
 namespace nvfp4mla {
 
 const char* to_string(CacheDtype d) {
@@ -18,6 +20,10 @@ const char* to_string(ScaleMode m) {
     case ScaleMode::dynamic: return "dynamic";
   }
   return "?";
+}
+std::string to_string(const RecordSpec& s) {
+  return std::string(to_string(s.dtype)) + "-" + std::to_string(s.record_bytes()) +
+         (s.is_nvfp4() ? std::string("-") + to_string(s.scale_mode) : "");
 }
 
 }  // namespace nvfp4mla

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "nvfp4mla/arch.h"
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/error.h"
 
@@ -29,9 +30,10 @@ ScratchPlan plan_scratch(const ScratchRequest& r) {
   if (r.splits > 0) {
     p.splits = r.splits;
   } else {
+    const ArchSpec arch = arch_spec(r.compute_capability / 10, r.compute_capability % 10, r.sm_count);
     int64_t worst_entries = 0;
     for (int64_t rows = 1; rows <= p.decode_rows; ++rows) {
-      const DecodePlan d = plan_sparse_decode(r.spec, static_cast<int>(rows), p.heads, r.topk, r.sm_count);
+      const DecodePlan d = plan_sparse_decode(r.spec, static_cast<int>(rows), p.heads, r.topk, arch);
       const int64_t entries = rows * (d.splits > 1 ? d.splits : 0);
       if (entries > worst_entries) {
         worst_entries = entries;

@@ -40,7 +40,7 @@ NVFP4MLA_HD int64_t first_tail_column(const RowRange& x, int64_t c0) { return c0
 // of 1024 bytes (1024-byte aligned), piece c of row t at slot c xor (t % 8) of its row. The eight
 // rows of an atom hold any given piece in eight different 16-byte bank groups, so the MMA's reads
 // of a piece across rows do not conflict (in the plain layout, with every row's piece c in the
-// same banks, they conflicted 8 ways: docs/PERF.md, indexer logits).
+// same banks, they conflicted 8 ways; the swizzle took the H200 prefill from 2496 to 2305 us).
 NVFP4MLA_HD int core_offset(int t, int c) {
   return (t >> 3) * kSwizzleAtomBytes + (t & 7) * kOperandRowBytes + ((c ^ (t & 7)) << 4);
 }

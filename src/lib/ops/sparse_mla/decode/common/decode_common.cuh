@@ -1,0 +1,257 @@
+#pragma once
+// Pieces shared by the sparse decode kernels (sm80/ and sm90/): launch parameters, the top-k
+// index and raw-record copies, the online softmax of a 16-row block, the final row totals and
+// the output stores.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/format.h"
+#include "ops/sparse_mla/mma_sm80.cuh"
+
+// Profiling builds only (CMake NVFP4MLA_DECODE_STAGE_SKIP, default 0): the kernels leave out
+// stages to show where the time goes, and their results are garbage. Bits: 1 dequantization (not
+// in the 16-head kernels), 2 QK^T, 4 PV, 8 record copies (64- and 16-head kernels), 16 all
+// compute (sm80_h16: the copy pipeline alone).
+#ifndef NVFP4MLA_DECODE_STAGE_SKIP
+#define NVFP4MLA_DECODE_STAGE_SKIP 0
+#endif
+
+namespace nvfp4mla::cuda {
+
+constexpr int kRowStride = kQkDim + 8;    // BF16 elements per Q/K smem row (pad: no bank conflicts)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kStageSkip = NVFP4MLA_DECODE_STAGE_SKIP;
+
+struct DecodeParams {
+  const uint16_t* q;
+  const uint8_t* cache;
+  int64_t capacity;
+  const int32_t* indices;
+  const int32_t* topk_length;
+  int topk, heads;
+  int splits, tiles_per_split, num_tiles;
+  float scale_log2;  // sm_scale * log2(e)
+  float layer_scale;
+  bool lse_base2;
+  __nv_bfloat16* out;   // final output when splits == 1
+  float* lse;
+  float* part_out;      // [rows, heads, splits, 512] when splits > 1
+  float* part_lse;      // [rows, heads, splits] (base 2)
+};
+
+__device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
+  if (!p.topk_length) return p.topk;
+  const int n = p.topk_length[row];
+  return n < 0 ? 0 : (n > p.topk ? p.topk : n);
+}
+
+// Top-k indices travel by cp.async into a shared-memory ring, in the same cp.async groups as the
+// raw records, so no thread ever waits for an index load. (The register ring used before,
+// shifted once per tile, waited for each index load at its first move: it prefetched one tile
+// deep, and every tile paid a global-memory latency.) Entry `lane` of tile `tile` (lane < kTile);
+// zero bytes, read from nowhere, past the row's length.
+template <int kTile>
+__device__ __forceinline__ void issue_index_copy(const DecodeParams& p, int row, int len, int tile, int32_t* ring_tile,
+                                                 int lane) {
+  const int pos = tile * kTile + lane;
+  const int32_t* src = p.indices + static_cast<int64_t>(row) * p.topk + (pos < len ? pos : 0);
+  ptx::cp_async_4_zfill(ring_tile + lane, src, pos < len ? 4 : 0);
+}
+// The slot of top-k position `pos` given its raw index, or -1 when the entry is masked.
+__device__ __forceinline__ int32_t slot_of_index(const DecodeParams& p, int len, int pos, int32_t idx) {
+  return (pos < len && idx >= 0 && idx < p.capacity) ? idx : -1;
+}
+// What the record copies do for a masked entry: skip it (its bytes stay stale, so callers must
+// not let them reach the MMAs) or write zero bytes read from nowhere (cp.async with a zero source
+// size: zero scales and values, so the record reaches the MMAs as exact zeros).
+enum class MaskedRecords { skip, zero_fill };
+// The asynchronous copies of the raw records of kCount consecutive entries from top-k position
+// pos0, whose indices are at `ring`. With kIntoKRows (bf16 records) the records land as rows of a
+// K tile (row stride kRowStride).
+template <class F, int kThreads, int kCount, bool kIntoKRows = false, MaskedRecords kMasked = MaskedRecords::skip>
+__device__ __forceinline__ void issue_record_copies(const DecodeParams& p, int len, int pos0, const int32_t* ring,
+                                                    uint8_t* raw, int thread) {
+  constexpr int chunks = F::kRecordBytes / 16, kIters = (kCount * chunks + kThreads - 1) / kThreads;
+  constexpr size_t dst_stride = kIntoKRows ? size_t(kRowStride) * 2 : F::kRecordBytes;
+  // Unrolled with a compile-time trip count: each iteration's entry and chunk depend on the
+  // thread alone, so a caller's tile loop computes them once.
+#pragma unroll
+  for (int k = 0; k < kIters; ++k) {
+    const int c = thread + k * kThreads;
+    if (kCount * chunks % kThreads != 0 && c >= kCount * chunks) break;
+    const int t = c / chunks, ch = c % chunks;
+    const int32_t slot = slot_of_index(p, len, pos0 + t, ring[t]);
+    if constexpr (kMasked == MaskedRecords::zero_fill) {
+      ptx::cp_async_16_zfill(raw + t * dst_stride + 16 * ch,
+                             p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes + 16 * ch, slot < 0 ? 0 : 16);
+    } else {
+      if (slot < 0) continue;
+      ptx::cp_async_16(raw + t * dst_stride + 16 * ch, p.cache + static_cast<int64_t>(slot) * F::kRecordBytes + 16 * ch);
+    }
+  }
+}
+
+// Online softmax state of one thread: rows g and g + 8 of its warp's 16-head block. l sums the
+// fp32 weights (for the LSE); l_out sums the BF16-rounded weights the PV product uses (for
+// normalizing the output).
+struct SoftmaxState {
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, l_out[2] = {0.0f, 0.0f};
+};
+
+// One tile of the online softmax (base 2). `s` holds the tile's logits (scaled, -inf where
+// masked) in the MMA accumulator layout; the BF16-rounded weights come back packed (step 2).
+// Lazy rescaling: the reference maximum m only moves when a tile's maximum exceeds it by more
+// than kLazyRescaleLog2, so weights stay below 2^kLazyRescaleLog2 (exact in BF16's range, harmless
+// to the fp32 sums) and the output accumulators are rescaled only in the rare tiles where some
+// row of the warp moves its reference. Out, l and the LSE are the same quantities either way.
+constexpr float kLazyRescaleLog2 = 8.0f;
+// Output accumulators of a thread's two rows times their rescale factors (skipped, warp-wide,
+// when no row moved its reference).
+template <int NT_O>
+__device__ __forceinline__ void rescale_rows(float (&o)[NT_O][4], const float (&alpha)[2]) {
+  if (__any_sync(0xFFFFFFFFu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < NT_O; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
+    }
+  }
+}
+// The lazy reference of one row given a tile's maximum `mx` (of scores already reduced over the
+// row's lanes): moves `m` when mx exceeds it by more than kLazyRescaleLog2 (a -inf reference,
+// nothing valid yet, moves to any finite maximum); returns the reference the tile's weights use
+// (0 while nothing is valid) and the factor the row's earlier sums are scaled by.
+struct LazyStep {
+  float m_use, alpha;
+};
+// What lazy_reference_step returns when the tile's maximum does not exceed m + kLazyRescaleLog2.
+__device__ __forceinline__ LazyStep lazy_reference_kept(float m) { return {m == -INFINITY ? 0.0f : m, 1.0f}; }
+__device__ __forceinline__ LazyStep lazy_reference_step(float mx, float& m) {
+  const bool move = mx > m + kLazyRescaleLog2;
+  const float m_new = move ? mx : m;
+  LazyStep step = lazy_reference_kept(m_new);
+  if (move) step.alpha = ptx::exp2_approx(m - step.m_use);
+  m = m_new;
+  return step;
+}
+// Step 1: the tile's row maxima move the references where needed and rescale the output
+// accumulators and sums; returns each row's reference for step 2 (0 while nothing is valid) and
+// the factor its earlier sums were scaled by (1 unless the reference moved).
+template <int NT, int NT_O>
+__device__ __forceinline__ void softmax_rescale(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
+                                                float (&m_use)[2], float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    const LazyStep step = lazy_reference_step(mx, st.m[r]);
+    m_use[r] = step.m_use;
+    alpha[r] = step.alpha;
+    st.l[r] *= alpha[r];
+    st.l_out[r] *= alpha[r];
+  }
+  rescale_rows(o, alpha);
+}
+// Step 2: weights 2^(s - m) rounded to BF16 (what the output product uses), packed in pairs:
+// w[j][0] holds row g's columns 8j + 2*(lane%4) + {0,1}, w[j][1] row g + 8's (the mma.sync
+// m16n8k16 A-operand layout, so two column blocks make one A fragment). l sums the fp32
+// weights (for the LSE), l_out the rounded ones (for normalizing), read back from the packed
+// words (one pack per pair instead of a conversion per value).
+template <int NT>
+__device__ __forceinline__ void softmax_weights(const float (&s)[NT][4], SoftmaxState& st, const float (&m_use)[2],
+                                                uint32_t (&w)[NT][2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = 0.0f, sum_rounded = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float e0 = ptx::exp2_approx(s[j][2 * r] - m_use[r]), e1 = ptx::exp2_approx(s[j][2 * r + 1] - m_use[r]);
+      sum += e0 + e1;
+      w[j][r] = ptx::pack_bf16x2(e0, e1);
+      sum_rounded += __uint_as_float(w[j][r] << 16) + __uint_as_float(w[j][r] & 0xFFFF0000u);
+    }
+    st.l[r] += sum;
+    st.l_out[r] += sum_rounded;
+  }
+}
+// Two fp32 weights as a BF16 pair and the BF16 pair of their remainders: two products P V carry
+// the weights to about 16 bits, for kernels whose weights carry a per-entry factor outside the
+// BF16 values (the rounding of a single BF16 part would move the output; normalize by the fp32 sum).
+struct Bf16Split {
+  uint32_t hi, lo;
+};
+__device__ __forceinline__ Bf16Split bf16_split_pair(float a0, float a1) {
+  Bf16Split x;
+  x.hi = ptx::pack_bf16x2(a0, a1);
+  x.lo = ptx::pack_bf16x2(a0 - __uint_as_float(x.hi << 16), a1 - __uint_as_float(x.hi & 0xFFFF0000u));
+  return x;
+}
+template <int NT, int NT_O>
+__device__ __forceinline__ void softmax_update(const float (&s)[NT][4], SoftmaxState& st, float (&o)[NT_O][4],
+                                               uint32_t (&w)[NT][2]) {
+  float m_use[2], alpha[2];
+  softmax_rescale(s, st, o, m_use, alpha);
+  softmax_weights(s, st, m_use, w);
+}
+
+// A thread's two rows (heads hb*16 + g and + 8) once the tiles are done: the output
+// normalizer 1 / l_out and the base-2 LSE (0 and -inf for a row without valid entries).
+struct RowTotals {
+  float inv[2], lse2[2];
+};
+__device__ __forceinline__ RowTotals row_totals(const SoftmaxState& st) {
+  RowTotals t;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r], lo = st.l_out[r];
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 1);
+    l += __shfl_xor_sync(0xFFFFFFFFu, l, 2);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 1);
+    lo += __shfl_xor_sync(0xFFFFFFFFu, lo, 2);
+    t.inv[r] = lo > 0.0f ? 1.0f / lo : 0.0f;
+    t.lse2[r] = l > 0.0f ? st.m[r] + log2f(l) : -INFINITY;
+  }
+  return t;
+}
+
+// Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
+// the final BF16 output and LSE when there is one split, else this split's fp32 partial.
+template <int NT_O>
+__device__ __forceinline__ void store_outputs(const DecodeParams& p, const RowTotals& tot, const float (&o)[NT_O][4],
+                                              int row, int head0, int heads_here, int hb, int dim0, bool writes_lse,
+                                              int split, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int h = hb * 16 + g + 8 * r;
+    if (h >= heads_here) continue;
+    const float inv = tot.inv[r], lse2 = tot.lse2[r];
+    const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
+    if (p.splits == 1) {
+      __nv_bfloat16* dst = p.out + rh * kLatentDim + dim0 + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n)
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = ptx::pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (writes_lse && t4 == 0) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
+    } else {
+      const int64_t ps = rh * p.splits + split;
+      float* dst = p.part_out + ps * kLatentDim + dim0 + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      if (writes_lse && t4 == 0) p.part_lse[ps] = lse2;
+    }
+  }
+}
+
+}  // namespace nvfp4mla::cuda

@@ -1,0 +1,104 @@
+// The host side of cuda::sparse_decode: checks the arguments and the plan, fills the kernel
+// parameters, runs the kernel the plan names (one switch; no other selection anywhere) and, with
+// several splits, the merge. The kernels: sm80/ (mma.sync) and sm90/ (wgmma), instantiated per
+// record format in instantiations/.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "device/cuda_check.h"
+#include "nvfp4mla/arch.h"
+#include "nvfp4mla/cuda/sparse_decode.h"
+#include "nvfp4mla/error.h"
+#include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/common/launchers.h"
+#include "ops/sparse_mla/decode/kernel_shapes.h"
+#include "ops/sparse_mla/format_dispatch.cuh"
+
+namespace nvfp4mla::cuda {
+namespace {
+
+template <class F>
+void run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
+  constexpr bool nvfp4 = F::spec.dtype == CacheDtype::nvfp4_ds_mla;
+  const int groups = plan.num_head_groups;
+  switch (kernel) {
+    case DecodeKernel::sm80_mma: return launch_sm80_mma<F>(p, plan.head_group, rows, groups, stream);
+    case DecodeKernel::sm80_h16:
+      if constexpr (nvfp4) return launch_decode_h16<F>(p, rows, groups, stream);
+      break;
+    case DecodeKernel::sm90_ws: return launch_decode_ws<F, false, decode::kWsTile>(p, rows, groups, stream);
+    case DecodeKernel::sm90_ws_pair: return launch_decode_ws<F, true, decode::kWsTile>(p, rows, groups, stream);
+    case DecodeKernel::sm90_ws_pair_wide:
+      if constexpr (nvfp4) return launch_decode_ws<F, true, decode::kWsWideTile>(p, rows, groups, stream);
+      break;
+    case DecodeKernel::sm90_h16:
+      if constexpr (nvfp4) return launch_decode_h16_sm90<F>(p, rows, groups, stream);
+      break;
+    case DecodeKernel::automatic: break;
+  }
+  throw Error(std::string("sparse decode: no ") + to_string(kernel) + " kernel for this record format");
+}
+
+}  // namespace
+
+int current_sm_count() {
+  int dev = 0, sms = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
+  return sms;
+}
+
+void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,
+                   size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream) {
+  validate_sparse_mla_args(spec, a);
+  if (a.rows == 0) return;
+  if (!out || !lse) throw Error("sparse decode: out and lse are required");
+  if (a.capacity > INT32_MAX) throw Error("sparse decode: capacity above 2^31 slots is not supported by int32 indices");
+  if (plan.kernel == DecodeKernel::automatic)
+    throw Error("sparse decode: the plan names no kernel; build it with plan_sparse_decode");
+  if (const auto why = decode_kernel_unsupported(plan.kernel, current_device_arch(), spec, a.heads))
+    throw Error(std::string("sparse decode: the plan's kernel ") + to_string(plan.kernel) + " " + *why);
+  const decode::KernelShape shape = decode::kernel_shape(plan.kernel, spec, a.heads);
+  const int expect_groups = (a.heads + shape.head_group - 1) / shape.head_group;
+  if (plan.num_head_groups != expect_groups || plan.head_group != shape.head_group || plan.warps != shape.warps ||
+      plan.tile_tokens != shape.tile_tokens || plan.num_tiles != (a.topk + shape.tile_tokens - 1) / shape.tile_tokens ||
+      plan.splits < 1 || plan.tiles_per_split < 1 ||
+      static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles ||
+      (shape.max_split_entries > 0 && int64_t(plan.tiles_per_split) * plan.tile_tokens > shape.max_split_entries))
+    throw Error("sparse decode: the plan does not match rows/heads/topk; build it with plan_sparse_decode");
+  const auto ws = decode_workspace_layout(plan, a.rows, a.heads);
+  if (workspace_bytes < ws.total_bytes || (ws.total_bytes > 0 && !workspace))
+    throw Error("sparse decode: workspace of " + std::to_string(ws.total_bytes) + " bytes required, got " +
+                std::to_string(workspace_bytes));
+  if ((reinterpret_cast<uintptr_t>(a.q) & 15) || (reinterpret_cast<uintptr_t>(a.cache) & 15) ||
+      (reinterpret_cast<uintptr_t>(workspace) & 255))
+    throw Error("sparse decode: q and cache must be 16-byte aligned, the workspace 256-byte aligned");
+
+  DecodeParams p{};
+  p.q = a.q;
+  p.cache = a.cache;
+  p.capacity = a.capacity;
+  p.indices = a.indices;
+  p.topk_length = a.topk_length;
+  p.topk = a.topk;
+  p.heads = a.heads;
+  p.splits = plan.splits;
+  p.tiles_per_split = plan.tiles_per_split;
+  p.num_tiles = plan.num_tiles;
+  p.scale_log2 = a.sm_scale * kLog2e;
+  p.layer_scale = a.layer_scale;
+  p.lse_base2 = a.lse_base == LseBase::base2;
+  p.out = reinterpret_cast<__nv_bfloat16*>(out);
+  p.lse = lse;
+  if (plan.splits > 1) {
+    p.part_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_out_offset);
+    p.part_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_lse_offset);
+  }
+  with_record_format(spec, "sparse decode",
+                     [&](auto format) { run_kernel<decltype(format)>(plan.kernel, plan, p, a.rows, stream); });
+  if (plan.splits > 1) launch_merge_splits(p, a.rows, stream);
+}
+
+}  // namespace nvfp4mla::cuda

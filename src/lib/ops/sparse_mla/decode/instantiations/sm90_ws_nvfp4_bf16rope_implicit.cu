@@ -1,0 +1,7 @@
+// DecodeKernel::sm90_ws and sm90_ws_pair for nvfp4_ds_mla records, bf16 RoPE, implicit scales.
+#include "ops/sparse_mla/decode/sm90/ws_kernel.cuh"
+
+namespace nvfp4mla::cuda {
+template void launch_decode_ws<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::implicit>, false, kWsTile>(const DecodeParams&, int, int, cudaStream_t);
+template void launch_decode_ws<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::implicit>, true, kWsTile>(const DecodeParams&, int, int, cudaStream_t);
+}  // namespace nvfp4mla::cuda

@@ -1,0 +1,222 @@
+// The decode planner: which kernel, its CTA shape and the KV splits (decode_plan.h).
+#include "nvfp4mla/decode_plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "nvfp4mla/device.h"
+#include "nvfp4mla/error.h"
+#include "nvfp4mla/format.h"
+#include "ops/sparse_mla/decode/kernel_shapes.h"
+
+namespace nvfp4mla {
+
+namespace {
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+bool is_sm90(DecodeKernel k) {
+  return k == DecodeKernel::sm90_ws || k == DecodeKernel::sm90_ws_pair || k == DecodeKernel::sm90_ws_pair_wide ||
+         k == DecodeKernel::sm90_h16;
+}
+}  // namespace
+
+const std::vector<DecodeKernel>& all_decode_kernels() {
+  static const std::vector<DecodeKernel> all = {DecodeKernel::sm80_mma,     DecodeKernel::sm80_h16,
+                                                DecodeKernel::sm90_ws,      DecodeKernel::sm90_ws_pair,
+                                                DecodeKernel::sm90_ws_pair_wide, DecodeKernel::sm90_h16};
+  return all;
+}
+
+const char* to_string(DecodeKernel k) {
+  switch (k) {
+    case DecodeKernel::automatic: return "automatic";
+    case DecodeKernel::sm80_mma: return "sm80_mma";
+    case DecodeKernel::sm80_h16: return "sm80_h16";
+    case DecodeKernel::sm90_ws: return "sm90_ws";
+    case DecodeKernel::sm90_ws_pair: return "sm90_ws_pair";
+    case DecodeKernel::sm90_ws_pair_wide: return "sm90_ws_pair_wide";
+    case DecodeKernel::sm90_h16: return "sm90_h16";
+  }
+  return "unknown";
+}
+
+DecodeKernel parse_decode_kernel(const std::string& name) {
+  if (name == "automatic") return DecodeKernel::automatic;
+  std::string names = "automatic";
+  for (DecodeKernel k : all_decode_kernels()) {
+    if (name == to_string(k)) return k;
+    names += std::string(", ") + to_string(k);
+  }
+  throw Error("decode kernel: unknown name '" + name + "' (one of " + names + ")");
+}
+
+bool decode_rounds_k_to_bf16(DecodeKernel k) { return k != DecodeKernel::sm80_h16 && k != DecodeKernel::sm90_h16; }
+bool decode_weights_are_bf16(DecodeKernel k) { return k != DecodeKernel::sm80_h16; }
+
+namespace decode {
+
+KernelShape kernel_shape(DecodeKernel kernel, const RecordSpec& spec, int heads) {
+  const int rb = spec.record_bytes();
+  const bool raw_is_k_row = spec.dtype == CacheDtype::bf16;
+  KernelShape s;
+  switch (kernel) {
+    case DecodeKernel::sm80_mma: {
+      const TileConfig c = tile_config(heads);
+      s.head_group = c.head_group;
+      s.warps = c.warps;
+      s.tile_tokens = c.tile_tokens;
+      s.stages = mma_stages(c, rb, raw_is_k_row);
+      s.max_ctas_per_sm = c.min_ctas;
+      s.smem_bytes = mma_smem_bytes(c, rb, raw_is_k_row, s.stages);
+      break;
+    }
+    case DecodeKernel::sm80_h16:
+      s.head_group = 16;
+      s.warps = kH16Warps;
+      s.stages = kH16Stages;
+      s.max_ctas_per_sm = kH16MinCtas;
+      s.smem_bytes = h16_smem_bytes(rb);
+      break;
+    case DecodeKernel::sm90_ws:
+    case DecodeKernel::sm90_ws_pair:
+    case DecodeKernel::sm90_ws_pair_wide: {
+      const bool pair = kernel != DecodeKernel::sm90_ws;
+      const int tile = kernel == DecodeKernel::sm90_ws_pair_wide ? kWsWideTile : kWsTile;
+      s.head_group = kWsHeads;
+      s.warps = kWsWarps;
+      s.stages = ws_stages(rb, pair, tile);
+      s.smem_bytes = ws_smem_bytes(rb, pair, tile, s.stages);
+      // A wide tile reaching past its split's end only masks the rest; splits cover whole ones.
+      s.split_tiles = tile / kPlannerTile;
+      break;
+    }
+    case DecodeKernel::sm90_h16:
+      s.head_group = 16;
+      s.warps = kSm90H16Warps;
+      s.stages = 1;  // records in registers, one tile ahead
+      s.smem_bytes = kSmemBudgetPerBlock;
+      s.split_tiles = kSm90H16Tile / kPlannerTile;
+      s.max_split_entries = kSm90H16MaxSplitEntries;
+      break;
+    case DecodeKernel::automatic: throw Error("decode plan: 'automatic' names no kernel");
+  }
+  return s;
+}
+
+}  // namespace decode
+
+std::optional<std::string> decode_kernel_unsupported(DecodeKernel kernel, const ArchSpec& arch, const RecordSpec& spec,
+                                                     int heads) {
+  if (kernel == DecodeKernel::automatic) return "names no kernel";
+  if (heads <= 0) return "needs a positive head count";
+  if (arch.cc_major < 8) return "needs compute capability 8.0 or later";
+  const bool h16 = kernel == DecodeKernel::sm80_h16 || kernel == DecodeKernel::sm90_h16;
+  if ((h16 || kernel == DecodeKernel::sm90_ws_pair_wide) && !spec.is_nvfp4()) return "runs NVFP4 records only";
+  if (is_sm90(kernel) && !arch.wgmma)
+    return "needs sm_90a (wgmma, setmaxnreg) and a library built for it; the device is sm_" +
+           std::to_string(arch.compute_capability());
+  if ((kernel == DecodeKernel::sm90_ws_pair || kernel == DecodeKernel::sm90_ws_pair_wide)) {
+    if (!arch.clusters) return std::string("needs thread block clusters");
+    const int groups = (heads + decode::kWsHeads - 1) / decode::kWsHeads;
+    if (groups % 2 != 0) return "pairs 64-head groups: needs an even number of them (" + std::to_string(heads) + " heads)";
+  }
+  const decode::KernelShape s = decode::kernel_shape(kernel, spec, heads);
+  if (s.smem_bytes > arch.smem_per_block)
+    return "needs " + std::to_string(s.smem_bytes) + " bytes of shared memory per CTA; the device allows " +
+           std::to_string(arch.smem_per_block);
+  return std::nullopt;
+}
+
+std::vector<DecodeKernel> supported_decode_kernels(const ArchSpec& arch, const RecordSpec& spec, int heads) {
+  std::vector<DecodeKernel> out;
+  for (DecodeKernel k : all_decode_kernels())
+    if (!decode_kernel_unsupported(k, arch, spec, heads)) out.push_back(k);
+  return out;
+}
+
+DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec, int heads) {
+  // NVFP4 records with up to 32 heads (e.g. 128 heads split 4 ways by tensor parallelism) run as
+  // 16-head groups of a 16-head kernel: on the H200, rows 128 x 32 heads in the 32-head tiles of
+  // sm80_mma took 182.9 us, as long as 128 x 128 heads; as two 16-head groups 111.3 us.
+  if (spec.is_nvfp4() && heads <= 32) return arch.wgmma ? DecodeKernel::sm90_h16 : DecodeKernel::sm80_h16;
+  if (heads <= 32 || !arch.wgmma) return DecodeKernel::sm80_mma;
+  if (((heads + decode::kWsHeads - 1) / decode::kWsHeads) % 2 == 0 && arch.clusters)
+    return spec.is_nvfp4() ? DecodeKernel::sm90_ws_pair_wide : DecodeKernel::sm90_ws_pair;
+  return DecodeKernel::sm90_ws;
+}
+
+DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, const ArchSpec& arch,
+                              int forced_splits, DecodeKernel kernel) {
+  if (rows < 0 || heads <= 0 || topk <= 0) throw Error("decode plan: rows >= 0, heads > 0 and topk > 0 required");
+  if (arch.sm_count <= 0) throw Error("decode plan: SM count must be positive");
+  if (kernel == DecodeKernel::automatic) kernel = default_decode_kernel(arch, spec, heads);
+  if (const auto why = decode_kernel_unsupported(kernel, arch, spec, heads))
+    throw Error(std::string("decode plan: kernel ") + to_string(kernel) + " " + *why + " (" + to_string(arch) + ")");
+  const decode::KernelShape shape = decode::kernel_shape(kernel, spec, heads);
+  DecodePlan p;
+  p.kernel = kernel;
+  p.head_group = shape.head_group;
+  p.warps = shape.warps;
+  p.tile_tokens = shape.tile_tokens;
+  p.stages = shape.stages;
+  const size_t per_cta = shape.smem_bytes + arch.smem_reserved_per_cta;
+  p.ctas_per_sm = static_cast<int>(std::max<size_t>(1, std::min<size_t>(shape.max_ctas_per_sm, arch.smem_per_sm / per_cta)));
+  p.num_head_groups = (heads + p.head_group - 1) / p.head_group;
+  p.num_tiles = (topk + p.tile_tokens - 1) / p.tile_tokens;
+  // Never below 64 entries per split (the bound serving planners size scratch with).
+  const int max_splits = std::min(p.num_tiles, (topk + 63) / 64);
+  const int split_tiles = shape.split_tiles;
+  auto tiles_per_split = [&](int s) { return ((p.num_tiles + s - 1) / s + split_tiles - 1) / split_tiles * split_tiles; };
+  int min_splits = 1;
+  if (shape.max_split_entries > 0)
+    while (tiles_per_split(min_splits) * p.tile_tokens > shape.max_split_entries) ++min_splits;
+  int splits = 1;
+  if (forced_splits > 0) {
+    splits = std::clamp(forced_splits, std::min(min_splits, max_splits), max_splits);
+  } else {
+    // Estimated time ~ (waves of resident CTAs) x (tiles per CTA + kCtaFixedTiles); the fewest
+    // splits reaching the smallest estimate win. H200, same call: rows 256 x 64 heads ran 388 us
+    // with 1 split (2 waves of 64 tiles) and 467 us with 2; rows 128 x 16 heads 157 us with 3
+    // splits and 168 us with 7.
+    const int64_t base = std::max<int64_t>(1, static_cast<int64_t>(rows) * p.num_head_groups);
+    const int64_t slots = static_cast<int64_t>(arch.sm_count) * p.ctas_per_sm;
+    int64_t best = INT64_MAX;
+    for (int s = std::min(min_splits, max_splits); s <= max_splits; ++s) {
+      const int per_split = tiles_per_split(s);
+      const int64_t ctas = base * ((p.num_tiles + per_split - 1) / per_split);
+      const int64_t estimate = (ctas + slots - 1) / slots * (per_split + decode::kCtaFixedTiles);
+      if (estimate < best) {
+        best = estimate;
+        splits = s;
+      }
+    }
+  }
+  p.tiles_per_split = std::min(tiles_per_split(splits), p.num_tiles);
+  p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
+  return p;
+}
+
+ArchSpec planning_arch(int sm_count) {
+  if (sm_count <= 0) throw Error("decode plan: SM count must be positive");
+  if (cuda_device_count() == 0) return arch_spec(9, 0, sm_count);
+  ArchSpec a = current_device_arch();
+  a.sm_count = sm_count;
+  return a;
+}
+
+DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, int sm_count, int forced_splits) {
+  return plan_sparse_decode(spec, rows, heads, topk, planning_arch(sm_count), forced_splits);
+}
+
+DecodeWorkspaceLayout decode_workspace_layout(const DecodePlan& plan, int rows, int heads) {
+  DecodeWorkspaceLayout w;
+  if (plan.splits <= 1) return w;
+  const size_t entries = static_cast<size_t>(rows) * heads * plan.splits;
+  w.partial_out_bytes = align256(entries * kLatentDim * plan.partial_bytes);
+  w.partial_lse_offset = w.partial_out_bytes;
+  w.partial_lse_bytes = align256(entries * sizeof(float));
+  w.total_bytes = w.partial_out_bytes + w.partial_lse_bytes;
+  return w;
+}
+
+}  // namespace nvfp4mla

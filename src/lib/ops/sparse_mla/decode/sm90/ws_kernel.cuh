@@ -1,0 +1,529 @@
+#pragma once
+// DecodeKernel::sm90_ws, sm90_ws_pair, sm90_ws_pair_wide: warp-specialized decode for 64-head
+// groups (sm_90a: wgmma, setmaxnreg, clusters).
+//
+// Four warpgroups per CTA of 64 query heads, KV tiles of 32 or 64 entries (kTile below):
+//  - two producer warpgroups gather raw records and dequantize each tile into one of two K
+//    buffers;
+//  - the scores warpgroup (consumer 0) computes S = Q K^T over all 576 dims, runs the online
+//    softmax once, hands the BF16 weights P and each head's rescale factor to the other
+//    consumer through shared memory, and accumulates O[:, 0:D) += P V with P from registers
+//    (D = WsRoles::scores_dims: 256 with 32-entry tiles, 128 with 64-entry tiles);
+//  - the output warpgroup (consumer 1) accumulates O[:, D:512) += P V with P from shared
+//    memory, a tile behind, so its MMAs overlap the next tile's score MMAs and softmax.
+// (The layout before split the score dims between two symmetric consumers: each tile then
+// needed a two-way exchange of partial scores and a duplicated softmax, and neither consumer
+// could run ahead of the other.) Warp w of a consumer holds heads 16w..16w+15. Q, the K buffers
+// and P are stored as 8x8 core matrices (wgmma_sm90.cuh), so one K buffer is the B operand of
+// both products.
+//
+// kPair: the two 64-head groups of a row (128 heads) run as a 2-CTA cluster on the same
+// entries; each CTA dequantizes half of every tile and writes it into both CTAs' K buffers, the
+// peer's copy by st.async, whose bytes complete a transaction count on the peer's remote-full
+// barrier. Every handoff is a CTA-scope mbarrier (ncu showed cluster-scope release barriers and
+// acquire invalidations costing a large share of the stalls); setmaxnreg moves registers to the
+// consumers.
+//
+// kTile: 32-entry K buffers, raw records staged in shared memory by cp.async kStages tiles
+// ahead; or, for pairs of NVFP4 records, 64-entry K buffers (the softmax, barrier and hand-off
+// chain of the scores warpgroup runs once per 64 entries, and the score MMAs are m64n64k16,
+// whose shared-memory reads balance the tensor rate where n32 reads 1.5x what the shared memory
+// delivers). Q and two 64-entry K buffers fill the shared memory, so those producers load their
+// records straight into registers, one step ahead (FlashMLA's FP8 kernel does the same).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "device/cuda_check.h"
+#include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/kernel_shapes.h"
+#include "ops/sparse_mla/decode/sm90/cluster.cuh"
+#include "ops/sparse_mla/kv_tile.cuh"
+#include "ops/sparse_mla/mma_sm80.cuh"
+#include "ops/sparse_mla/wgmma_sm90.cuh"
+
+namespace nvfp4mla::cuda {
+namespace {
+
+constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256, kWsProducers = 256,
+              kWsThreads = kWsConsumers + kWsProducers;
+// setmaxnreg budgets (65536 registers for 512 threads): scores warpgroup, output warpgroup, each
+// producer warpgroup. (A third producer warpgroup does not fit: with 640 threads the launch
+// leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
+// Wide tiles: 176 / 224 / 56 is the split with neither spills nor a stack frame (ptxas -v) in
+// every NVFP4 instantiation; the 56-register producers hold one record slice in flight.
+// The output dims are split between the two consumers: [0, scores_dims) accumulate in the scores
+// warpgroup, the rest in the output warpgroup. Wide tiles give the scores warpgroup (whose chain
+// sets the pace, and which holds 64-entry score accumulators) a quarter of them.
+template <int kTile>
+struct WsRoles {
+  static constexpr bool wide = kTile == kWsWideTile;
+  static constexpr int scores_dims = wide ? 128 : 256, output_dims = kLatentDim - scores_dims;
+  static constexpr int scores = wide ? 176 : 216, output = wide ? 224 : 168, producer = wide ? 56 : 64;
+  static_assert(scores + output + 2 * producer == 65536 / 128);
+  static_assert(scores_dims % 128 == 0 && output_dims % 128 == 0, "n128 output MMAs");
+};
+constexpr int kBarProducer = 1, kBarConsumers = 2;
+static_assert(kWsTile == decode::kPlannerTile && kWsTile == decode::kWsTile && kWsWideTile == decode::kWsWideTile &&
+                  kWsHeads == decode::kWsHeads && kWsThreads == 32 * decode::kWsWarps,
+              "the planner's shape of this kernel (kernel_shapes.h)");
+
+// O[:, 128c, 128c + 128) += P V_c for each 128-dim chunk c of a consumer's accumulators (16 blocks
+// per chunk); `vd` is chunk 0's descriptor, chunks lie `chunk_bytes` apart. P from registers (rs)
+// or shared memory (ss).
+template <int kBlocks>
+__device__ __forceinline__ void pv_chunks_rs(float (&o)[kBlocks][4], const uint32_t (&a)[4], uint64_t vd, uint32_t chunk_bytes) {
+  static_assert(kBlocks % 16 == 0 && kBlocks <= 48);
+  wgmma::m64n128k16_rs_tb<0>(o, a, vd);
+  if constexpr (kBlocks >= 32) wgmma::m64n128k16_rs_tb<16>(o, a, wgmma::desc_advance(vd, chunk_bytes));
+  if constexpr (kBlocks >= 48) wgmma::m64n128k16_rs_tb<32>(o, a, wgmma::desc_advance(vd, 2 * chunk_bytes));
+}
+template <int kBlocks>
+__device__ __forceinline__ void pv_chunks_ss(float (&o)[kBlocks][4], uint64_t pd, uint64_t vd, uint32_t chunk_bytes) {
+  static_assert(kBlocks % 16 == 0 && kBlocks <= 48);
+  wgmma::m64n128k16_ss_tb<0>(o, pd, vd);
+  if constexpr (kBlocks >= 32) wgmma::m64n128k16_ss_tb<16>(o, pd, wgmma::desc_advance(vd, chunk_bytes));
+  if constexpr (kBlocks >= 48) wgmma::m64n128k16_ss_tb<32>(o, pd, wgmma::desc_advance(vd, 2 * chunk_bytes));
+}
+template <int kBlocks>
+__device__ __forceinline__ void zero_blocks(float (&o)[kBlocks][4]) {
+#pragma unroll
+  for (int n = 0; n < kBlocks; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+}
+// Element offset of (row r, dim d) in a core-matrix tile of `rows` rows: dim blocks of 8 are
+// outermost, then rows, 8 dims (16 bytes) per row.
+template <int kRows>
+__device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kRows + r) * 8 + (d & 7); }
+
+// Shared memory of the warp-specialized kernel: Q, the K buffers, P, per-head rescale factors
+// and normalizers, per-entry masks, the mbarriers, then (32-entry tiles) as many raw record
+// stages (up to 4) as fit, and the top-k index ring of 2 stages + 1 tiles.
+// Two K buffers: a third (producers two tiles ahead of the score MMAs, one raw stage fewer)
+// measured the same on the H200 (256 x 64: 310-326 vs 311-336 us; 256 x 128: 529-565 vs 526-572).
+template <class F, bool kPair, int kTile>
+struct WsSmem {
+  static constexpr int k_bufs = 2;
+  static constexpr bool register_records = kTile == kWsWideTile;
+  static_assert(kTile == kWsTile || (register_records && kPair && F::spec.dtype == CacheDtype::nvfp4_ds_mla),
+                "64-entry tiles: pairs of NVFP4 records only (eight producer threads per entry)");
+  static constexpr int tokens_per_cta = kPair ? kTile / 2 : kTile;  // records this CTA gathers per tile
+  // Bytes the peer delivers per tile (pairs): its half of the K buffer and, with register
+  // records, its entries' masks.
+  static constexpr uint32_t peer_mask_bytes = kPair && register_records ? uint32_t(kTile / 2) * sizeof(float) : 0;
+  static constexpr uint32_t peer_bytes = kPair ? uint32_t(kTile / 2) * kQkDim * 2 + peer_mask_bytes : 0;
+  static constexpr size_t k_buf_bytes = size_t(kTile) * kQkDim * 2;
+  static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
+  static constexpr int num_bars = 3 * k_bufs + 2;  // full, remote full, empty per K buffer; P full, P empty
+  static constexpr size_t k_off = size_t(kWsHeads) * kQkDim * 2, p_off = k_off + k_bufs * k_buf_bytes,
+                          rows_off = p_off + size_t(kWsHeads) * kTile * 2,  // P: BF16 weights of one tile
+                          mask_off = rows_off + size_t(2) * kWsHeads * 4,   // per head: rescale factor, normalizer
+                          bar_off = mask_off + size_t(k_bufs) * kTile * 4,
+                          raw_off = bar_off + size_t(num_bars + 1) / 2 * 16;  // keeps the raw stages 16-byte aligned
+  // The top-k index ring holds 2 stages + 1 tiles (indices travel `stages` tiles ahead of the records).
+  static constexpr size_t bytes_for(int stages) {
+    return raw_off + stages * raw_stage_bytes + (stages > 0 ? size_t(2 * stages + 1) * kTile * 4 : 0);
+  }
+  static constexpr int stages = register_records                       ? 0
+                                : bytes_for(4) <= decode::kSmemBudgetPerBlock   ? 4
+                                : bytes_for(3) <= decode::kSmemBudgetPerBlock ? 3
+                                : bytes_for(2) <= decode::kSmemBudgetPerBlock ? 2
+                                                                      : 1;
+  static constexpr size_t idx_off = raw_off + stages * raw_stage_bytes, total = bytes_for(stages);
+  static_assert(total <= decode::kSmemBudgetPerBlock && bar_off % 8 == 0 && raw_off % 16 == 0);
+  static_assert(stages == decode::ws_stages(F::kRecordBytes, kPair, kTile) &&
+                    total == decode::ws_smem_bytes(F::kRecordBytes, kPair, kTile, stages),
+                "the planner's bytes (kernel_shapes.h)");
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NVFP4MLA_SETMAXNREG(dir, n) asm volatile("setmaxnreg." #dir ".sync.aligned.u32 %0;\n" ::"n"(n))
+#else
+#define NVFP4MLA_SETMAXNREG(dir, n)
+#endif
+
+template <class F, bool kPair, int kTile>
+__global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Smem = WsSmem<F, kPair, kTile>;
+  constexpr int kStages = Smem::stages, kIdxRing = 2 * kStages + 1, kTokens = Smem::tokens_per_cta;
+  constexpr int kCtas = kPair ? 2 : 1, kWsKBufs = Smem::k_bufs;
+  constexpr int kStepTiles = kTile / kWsTile;  // planner tiles per K buffer
+  extern __shared__ __align__(128) uint8_t smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + Smem::k_off);
+  __nv_bfloat16* sP = reinterpret_cast<__nv_bfloat16*>(smem + Smem::p_off);
+  float* sAlpha = reinterpret_cast<float*>(smem + Smem::rows_off);  // this tile's rescale factor per head
+  float* sInv = sAlpha + kWsHeads;                                  // final output normalizer per head
+  float* sMask = reinterpret_cast<float*>(smem + Smem::mask_off);  // per K buffer entry: 0 or -inf
+  uint8_t* sRaw = smem + Smem::raw_off;
+  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);  // top-k index ring
+  const uint32_t bar0 = ptx::smem_addr(smem + Smem::bar_off);
+  auto full_bar = [&](int b) { return bar0 + 8 * b; };                      // this CTA's producers wrote buffer b
+  auto remote_full_bar = [&](int b) { return bar0 + 8 * (kWsKBufs + b); };  // the peer's half of buffer b arrived
+  auto empty_bar = [&](int b) { return bar0 + 8 * (2 * kWsKBufs + b); };    // every consumer of the row left b
+  const uint32_t p_full_bar = bar0 + 8 * (3 * kWsKBufs), p_empty_bar = p_full_bar + 8;
+
+  const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
+  const int heads_here = min(kWsHeads, p.heads - head0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint32_t peer = kPair ? cluster::rank() ^ 1u : 0u;
+  const int len = row_length(p, row);
+  // Steps of kTile entries over this split's planner tiles; a wide step may reach past the
+  // split's last tile, whose entries are masked like those past the row's length.
+  const int tile_begin = split * p.tiles_per_split;
+  const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
+  const int num_steps = (tile_end - tile_begin + kStepTiles - 1) / kStepTiles;
+  auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
+  const bool dequant = !(kStageSkip & 1);
+
+  constexpr int q_chunks = kQkDim / 8;
+  for (int c = tid; c < kWsHeads * q_chunks; c += kWsThreads) {
+    const int h = c / q_chunks, ch = c % q_chunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
+    *reinterpret_cast<uint4*>(sQ + core_offset<kWsHeads>(h, 8 * ch)) = v;
+  }
+  wgmma::fence_proxy_async_smem();
+  const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
+  if (tid == 0) {
+    for (int b = 0; b < kWsKBufs; ++b) {
+      cluster::mbarrier_init(full_bar(b), kWsProducers);   // every producer thread of this CTA
+      cluster::mbarrier_init(remote_full_bar(b), 1);       // this CTA's expect-tx arrival (+ the peer's bytes)
+      cluster::mbarrier_init(empty_bar(b), 8 * kCtas);     // one lane per consumer warp of each CTA
+    }
+    cluster::mbarrier_init(p_full_bar, 128);  // every thread of the scores warpgroup
+    cluster::mbarrier_init(p_empty_bar, 128);  // every thread of the output warpgroup
+    cluster::fence_mbarrier_init();
+  }
+  if constexpr (kPair) cluster::sync();  // the peer's barriers exist before anything arrives on them
+  else __syncthreads();
+
+  // The role must be visibly warp-uniform for ptxas to compile each branch under its
+  // setmaxnreg budget (the consumers' 128 accumulators do not fit the 128-register entry cap).
+  const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
+  if (warpgroup >= kWsConsumers / 128) {
+    // ---- producer warpgroups ----
+    NVFP4MLA_SETMAXNREG(dec, WsRoles<kTile>::producer);
+    const bool copies = !(kStageSkip & 8);
+    const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
+    // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
+    // expects the peer's half of the tile on its remote-full barrier.
+    auto acquire_buffer = [&](int i, int b) {
+      const int use = i / kWsKBufs;
+      if (use > 0) cluster::wait(empty_bar(b), (use - 1) & 1);
+      if constexpr (kPair)
+        if (ptid == 0) cluster::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : Smem::peer_mask_bytes);
+    };
+    // 16 dequantized values of entry t at dims [d, d + 16) (two core-matrix rows) into this CTA's
+    // K buffer and, for pairs, the peer's.
+    auto store_values = [&](__nv_bfloat16* kt, uint32_t kt_peer, uint32_t peer_full, int t, int d, uint4 lo, uint4 hi) {
+      const int o_lo = core_offset<kTile>(t, d), o_hi = core_offset<kTile>(t, d + 8);
+      store_16_words(Dst16{kt + o_lo, kt + o_hi}, lo, hi);
+      if constexpr (kPair) {
+        cluster::store_async(kt_peer + 2 * o_lo, lo, peer_full);
+        cluster::store_async(kt_peer + 2 * o_hi, hi, peer_full);
+      }
+    };
+    // Tile published: masks written, stores visible to the tensor cores.
+    auto publish_buffer = [&](int b) {
+      wgmma::fence_proxy_async_smem();  // the tensor cores read these buffers next
+      cluster::arrive_local(full_bar(b));
+    };
+    if constexpr (Smem::register_records) {
+      // Eight threads per entry, records loaded into registers one step ahead of their
+      // dequantization; no producer barrier at all. A warp takes 8 entries x 4 consecutive
+      // eighths: each load instruction reads whole sectors of 8 records (not one field of 32), and
+      // each 16-byte store fills four whole core-matrix rows (no bank conflicts).
+      using Slice = Nvfp4Slice<F>;
+      static_assert(kWsProducers == Slice::kParts * kTokens && kTokens == 32 && Slice::kParts == 8);
+      const int pw = ptid / 32, tl = 8 * (pw % 4) + lane % 8, part = 4 * (pw / 4) + lane / 8, t = tok0 + tl;
+      const int len_here = min(len, tile_end * kWsTile);
+      const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
+      auto pos_of = [&](int i) { return (tile_begin + i * kStepTiles) * kWsTile + t; };  // this entry in step i
+      // Raw index of this thread's entry in step i (-1 past the split or the row: never read there).
+      auto load_index = [&](int i) {
+        const int pos = pos_of(i);
+        return pos < len_here ? __ldg(row_indices + pos) : -1;
+      };
+      // Loads step i's slice; returns whether the entry is valid.
+      auto load_slice = [&](int i, int32_t idx, Slice& x) {
+        const int32_t slot = slot_of_index(p, len_here, pos_of(i), idx);
+        load_nvfp4_slice<F>(p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes, part,
+                            slot >= 0 && copies, x);
+        return slot >= 0;
+      };
+      // The entry's mask goes from the part-0 thread into both CTAs' mask arrays.
+      const bool writes_mask = part == 0;
+      int32_t idx_next = load_index(1);
+      Slice cur, next;
+      bool valid_next = load_slice(0, load_index(0), cur);
+      auto step = [&](int i, Slice& x, Slice& x_next) {
+        const int b = i % kWsKBufs;
+        const bool valid = valid_next;
+        if (i + 1 < num_steps) {
+          valid_next = load_slice(i + 1, idx_next, x_next);
+          idx_next = load_index(i + 2);
+        }
+        acquire_buffer(i, b);
+        __nv_bfloat16* kt = k_buf(b);
+        const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
+        const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
+        if (dequant) {
+          const float latent_scale = slice_latent_scale(x, p.layer_scale);
+#pragma unroll
+          for (int j = 0; j < Slice::kGroups; ++j) {
+            const Words16 w = slice_group_words(x, j, latent_scale);
+            store_values(kt, kt_peer, peer_full, t, 16 * (Slice::kGroups * part + j), w.lo, w.hi);
+          }
+          // The eight RoPE values: one core-matrix row; a pair of threads' halves make the 16.
+          const uint4 r = slice_rope_words(x);
+          const int o_r = core_offset<kTile>(t, kLatentDim + Slice::kRopeValues * part);
+          *reinterpret_cast<uint4*>(kt + o_r) = r;
+          if constexpr (kPair) cluster::store_async(kt_peer + 2 * o_r, r, peer_full);
+        }
+        if (writes_mask) {
+          const float m = valid ? 0.0f : -INFINITY;
+          float* mask = sMask + b * kTile + t;
+          *mask = m;
+          if constexpr (kPair) cluster::store_async(cluster::map_to_rank(ptx::smem_addr(mask), peer), __float_as_uint(m), peer_full);
+        }
+        publish_buffer(b);
+      };
+      // Two register sets, alternating, so that no slice is copied (a copy would wait for its loads).
+      for (int i = 0; i < num_steps; i += 2) {
+        step(i, cur, next);
+        if (i + 1 < num_steps) step(i + 1, next, cur);
+      }
+    } else {
+      // Records travel kStages tiles ahead of the dequantized one and their top-k indices kStages
+      // further, both by cp.async: the group of tile u holds this CTA's records of u and the
+      // indices of u + kStages (decode_common.cuh: issue_index_copy).
+      auto idx_of = [&](int t) { return sIdx + (t % kIdxRing) * kTile; };
+      auto raw_of = [&](int t) { return sRaw + (t % kStages) * Smem::raw_stage_bytes; };
+      const bool copies_indices = ptid < kTile;
+      if (copies_indices)
+        for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) issue_index_copy<kTile>(p, row, len, t, idx_of(t), ptid);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait_group<0>();
+      ptx::named_barrier_sync(kBarProducer, kWsProducers);
+      auto issue_group = [&](int u) {
+        if (u < tile_end && copies)
+          issue_record_copies<F, kWsProducers, kTokens>(p, len, u * kTile + tok0, idx_of(u) + tok0, raw_of(u), ptid);
+        const int v = u + kStages;
+        if (copies_indices && v < tile_end) issue_index_copy<kTile>(p, row, len, v, idx_of(v), ptid);
+        ptx::cp_async_commit();
+      };
+      for (int t = tile_begin; t < tile_begin + kStages; ++t) issue_group(t);
+      for (int tile = tile_begin; tile < tile_end; ++tile) {
+        const int i = tile - tile_begin, b = i % kWsKBufs;
+        acquire_buffer(i, b);
+        ptx::cp_async_wait_group<kStages - 1>();
+        ptx::named_barrier_sync(kBarProducer, kWsProducers);  // every producer's copies of this tile landed
+        const int32_t* idx = idx_of(tile);
+        auto valid_entry = [&](int e) { return slot_of_index(p, len, tile * kTile + e, idx[e]) >= 0; };
+        const uint8_t* raw = raw_of(tile);
+        __nv_bfloat16* kt = k_buf(b);
+        const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
+        const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
+        // Thread = (entry, unit phase): kTokens consecutive threads take this CTA's kTokens entries
+        // of one unit, so a warp's 16-byte stores fill whole core-matrix rows (no bank conflicts),
+        // no warp mixes latent groups and RoPE chunks, and each thread reads its entry's validity
+        // and outer scales once per tile.
+        if (dequant) {
+          constexpr int kPhases = kWsProducers / kTokens, kRounds = (kUnitsPerRow + kPhases - 1) / kPhases;
+          const int tl = ptid % kTokens, t = tok0 + tl, phase = ptid / kTokens;
+          const uint8_t* rec = raw + size_t(tl) * F::kRecordBytes;
+          const bool valid = valid_entry(t);
+          const RecordScales sc = record_scales<F>(rec, p.layer_scale);  // unused for invalid entries
+          // Straight-line rounds (only the last may be partial, uniformly per warp) and a select
+          // instead of a branch for masked entries (their raw bytes are stale but harmless), so
+          // the compiler can overlap the dependent chains of consecutive units.
+#pragma unroll
+          for (int r = 0; r < kRounds; ++r) {
+            const int k = phase + r * kPhases;
+            if (kUnitsPerRow % kPhases != 0 && r == kRounds - 1 && k >= kUnitsPerRow) break;
+            Words16 w = dequant_unit_words<F>(rec, k, sc);
+            if (!valid) w = Words16{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+            store_values(kt, kt_peer, peer_full, t, 16 * k, w.lo, w.hi);
+          }
+        }
+        if (ptid < kTile) sMask[b * kTile + ptid] = valid_entry(ptid) ? 0.0f : -INFINITY;
+        publish_buffer(b);
+        ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
+        issue_group(tile + kStages);
+      }
+    }
+  } else {
+  // ---- consumer warpgroups ----
+  const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
+  constexpr int NT = kTile / 8;       // score column blocks per tile
+  using Roles = WsRoles<kTile>;
+  // Output accumulators: each branch declares and zeroes its own after setmaxnreg (registers
+  // shared across the branches would tie the two wgmma pipelines).
+  // Byte strides of the core-matrix tiles: next 8 dims (a dim block), next 8 rows.
+  constexpr uint32_t kQDimBlock = kWsHeads * 16, kKDimBlock = kTile * 16, kEight = 128;
+  // Descriptors are built once; each MMA advances them by a compile-time byte offset. V from
+  // dim d0 on is a K buffer read transposed (tokens are the k dim); 128-dim chunks lie
+  // kVChunk apart. (Buffer b's descriptors are buffer 0's advanced by b buffers: one add per tile.)
+  constexpr uint32_t kKBufBytes = Smem::k_buf_bytes, kVChunk = 16 * kKDimBlock;
+  auto v_desc = [&](int d0) {
+    return wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (d0 / 8) * kKDimBlock, kEight, kKDimBlock);
+  };
+  // The full/remote-full waits of a K buffer's use (the second consumer repeats them: already
+  // complete then, they cost a poll and give it the acquire of the producers' writes).
+  auto wait_k_tile = [&](int b, int use) {
+    cluster::wait(full_bar(b), use & 1);
+    if constexpr (kPair) cluster::wait(remote_full_bar(b), use & 1);
+  };
+  // Done with a K buffer: one lane per warp tells both CTAs' producers.
+  auto release_k_tile = [&](int b) {
+    __syncwarp();
+    if (lane == 0) {
+      cluster::arrive_local(empty_bar(b));
+      if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(empty_bar(b), peer));
+    }
+  };
+  if (warpgroup == 0) {
+    // ---- scores warpgroup: S, softmax, P, output dims [0, scores_dims) ----
+    NVFP4MLA_SETMAXNREG(inc, WsRoles<kTile>::scores);
+    float o[Roles::scores_dims / 8][4];
+    zero_blocks(o);
+    SoftmaxState st;
+    const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
+    const uint64_t k_desc0 = wgmma::smem_desc(ptx::smem_addr(k_buf(0)), kKDimBlock, kEight), v_desc0 = v_desc(0);
+    for (int i = 0; i < num_steps; ++i) {
+      const int b = i % kWsKBufs;
+      wait_k_tile(b, i / kWsKBufs);
+      const uint64_t k_desc = wgmma::desc_advance(k_desc0, b * kKBufBytes), vd = wgmma::desc_advance(v_desc0, b * kKBufBytes);
+      float acc[NT][4];
+      wgmma::fence();
+      if (!(kStageSkip & 2))
+#pragma unroll
+        for (int kk = 0; kk < kQkDim / 16; ++kk)
+          wgmma::m64nk16_ss<NT>(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
+                                wgmma::desc_advance(k_desc, 2 * kk * kKDimBlock), kk > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      // Scaled logits; masked entries (zero K rows) get -inf from the additive mask.
+      float s[NT][4];
+      const float* mask = sMask + b * kTile;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float2 m01 = *reinterpret_cast<const float2*>(mask + j * 8 + 2 * t4);
+        s[j][0] = fmaf(acc[j][0], p.scale_log2, m01.x);
+        s[j][1] = fmaf(acc[j][1], p.scale_log2, m01.y);
+        s[j][2] = fmaf(acc[j][2], p.scale_log2, m01.x);
+        s[j][3] = fmaf(acc[j][3], p.scale_log2, m01.y);
+      }
+      float m_use[2], alpha[2];
+      softmax_rescale(s, st, o, m_use, alpha);
+      uint32_t w[NT][2];
+      softmax_weights(s, st, m_use, w);
+      // P as the A operand of m64nNk16: two column blocks make one m16n8k16 A fragment per warp.
+      uint32_t a[NT / 2][4];
+#pragma unroll
+      for (int kk = 0; kk < NT / 2; ++kk) {
+        a[kk][0] = w[2 * kk][0];
+        a[kk][1] = w[2 * kk][1];
+        a[kk][2] = w[2 * kk + 1][0];
+        a[kk][3] = w[2 * kk + 1][1];
+      }
+      // Hand P and the rescale factors to the output warpgroup once it has read the last ones.
+      if (i > 0) cluster::wait(p_empty_bar, (i - 1) & 1);
+      const int h0 = hb * 16 + g;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0, 8 * j + 2 * t4)) = w[j][0];
+        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0 + 8, 8 * j + 2 * t4)) = w[j][1];
+      }
+      if (t4 == 0) {
+        sAlpha[h0] = alpha[0];
+        sAlpha[h0 + 8] = alpha[1];
+      }
+      wgmma::fence_proxy_async_smem();  // P is read by the tensor cores
+      cluster::arrive_local(p_full_bar);
+      wgmma::fence();
+      if (!(kStageSkip & 4))
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk)  // tokens 16kk..16kk+15: two 8-row core-matrix groups, 16 bytes a row
+          pv_chunks_rs(o, a[kk], wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
+      wgmma::commit();
+      wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
+      release_k_tile(b);
+    }
+    const RowTotals tot = row_totals(st);
+    if (t4 == 0) {
+      sInv[hb * 16 + g] = tot.inv[0];
+      sInv[hb * 16 + g + 8] = tot.inv[1];
+    }
+    ptx::named_barrier_sync(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
+    store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
+  } else {
+    // ---- output warpgroup: output dims [scores_dims, 512) with P from shared memory ----
+    NVFP4MLA_SETMAXNREG(inc, WsRoles<kTile>::output);
+    float o[Roles::output_dims / 8][4];
+    zero_blocks(o);
+    constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
+    const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
+    const uint64_t v_desc1 = v_desc(Roles::scores_dims);
+    for (int i = 0; i < num_steps; ++i) {
+      const int b = i % kWsKBufs;
+      cluster::wait(p_full_bar, i & 1);
+      wait_k_tile(b, i / kWsKBufs);
+      const uint64_t vd = wgmma::desc_advance(v_desc1, b * kKBufBytes);
+      const float alpha[2] = {sAlpha[hb * 16 + g], sAlpha[hb * 16 + g + 8]};
+      wgmma::wait<0>();  // nothing is in flight; without it ptxas serializes every wgmma (C7515)
+      rescale_rows(o, alpha);
+      wgmma::fence();
+      if (!(kStageSkip & 4))
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk)
+          pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
+      wgmma::commit();
+      wgmma::wait<0>();
+      cluster::arrive_local(p_empty_bar);  // its reads of sAlpha are done too
+      release_k_tile(b);
+    }
+    ptx::named_barrier_sync(kBarConsumers, kWsConsumers);
+    RowTotals tot;
+    tot.inv[0] = sInv[hb * 16 + g];
+    tot.inv[1] = sInv[hb * 16 + g + 8];
+    tot.lse2[0] = tot.lse2[1] = 0.0f;  // the scores warpgroup writes the LSE
+    store_outputs(p, tot, o, row, head0, heads_here, hb, Roles::scores_dims, false, split, lane);
+  }
+  }
+  // A pair's CTAs write into each other's shared memory until the end: neither exits first.
+  if constexpr (kPair) cluster::sync();
+#endif
+}
+
+}  // namespace
+
+template <class F, bool kPair, int kTile>
+void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
+  using Smem = WsSmem<F, kPair, kTile>;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    check(cudaFuncSetAttribute(sparse_decode_ws_kernel<F, kPair, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Smem::total)),
+          "sparse decode: shared memory opt-in");
+  });
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(rows, head_groups, p.splits);
+  cfg.blockDim = dim3(kWsThreads);
+  cfg.dynamicSmemBytes = Smem::total;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = kPair ? 2 : 1;  // the two head groups of a row
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair, kTile>, p), "sparse decode (warp-specialized) kernel launch");
+}
+
+}  // namespace nvfp4mla::cuda
