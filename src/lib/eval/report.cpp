@@ -188,6 +188,63 @@ void append_needle_text(const EvalReport& r, std::string& s) {
          ": every mode keeps every needle (the attention mass it keeps is in the JSON and the figures)\n";
 }
 
+void append_pipeline_text(const EvalReport& r, std::string& s) {
+  if (r.pipeline_note.empty() || r.modes.empty()) return;
+  const PipelineOptions& o = r.options.pipeline;
+  s += "\nDSA pipeline: index keys (FP8) -> indexer logits -> exact top-" + std::to_string(o.topk) +
+       " -> sparse attention over the records, every format\n";
+  s += wrapped(r.pipeline_note, "  ");
+  if (r.pipeline_lengths.empty()) return;
+  const size_t depths = r.pipeline_depths.size();
+  std::string lengths;
+  for (int64_t l : r.pipeline_lengths) lengths += (lengths.empty() ? "" : ", ") + grouped(l);
+  s += printf_string("  contexts %s; %zu depths; one query row per depth, %d heads; indexer %d heads, margin %g, recency %g\n",
+                     lengths.c_str(), depths, o.workload.heads, o.workload.index_heads, o.workload.index_margin,
+                     o.workload.recency);
+  s += printf_string("  %-20s %10s %10s %11s\n", "format / scale", "selected", "top", "mass ratio");
+  s += printf_string("  %-20s %10s %10s %11s\n", "", "", "weight", "min");
+  for (const ModeResult& m : r.modes) {
+    const std::string cells = "/" + std::to_string(m.pipeline.size());
+    s += printf_string("  %-20s %10s %10s %11s\n", m.mode.label.c_str(), (std::to_string(m.pipeline_selected) + cells).c_str(),
+                       (std::to_string(m.pipeline_top) + cells).c_str(), sig3(m.pipeline_min_mass_ratio).c_str());
+  }
+  s += "  Grids: one character per depth, per context: '#' selected and the top attention weight in every head, '+'\n"
+       "  selected but not on top, '.' not selected by the indexer.\n";
+  s += printf_string("    %-20s", "");
+  for (int64_t len : r.pipeline_lengths) s += printf_string(" %*s", static_cast<int>(std::max<size_t>(depths, 9)), grouped(len).c_str());
+  s += "\n";
+  for (const ModeResult& m : r.modes) {
+    s += printf_string("    %-20s", m.mode.label.c_str());
+    for (size_t li = 0; li < r.pipeline_lengths.size(); ++li) {
+      std::string row;
+      for (size_t di = 0; di < depths; ++di) {
+        const PipelineCell& c = m.pipeline[li * depths + di];
+        row += c.top ? '#' : c.selected ? '+' : '.';
+      }
+      s += printf_string(" %*s", static_cast<int>(std::max<size_t>(depths, 9)), row.c_str());
+    }
+    s += "\n";
+  }
+  s += "\nSelection distribution: share of the top-" + std::to_string(o.topk) +
+       " budget per quarter of the context (oldest first), mean over the rows;\n"
+       "  fp32: the exact top-k of fp32 logits from BF16 keys and fp32 queries; overlap: shared entries / k\n";
+  s += printf_string("  %12s %27s %27s %9s %8s %11s\n", "context", "pipeline (FP8 keys)", "fp32 selection", "newest", "overlap",
+                     "same logits");
+  for (const SelectionStats& st : r.selection) {
+    auto quarters = [](const double* q) {
+      return printf_string("%5.1f %5.1f %5.1f %5.1f%%", 100 * q[0], 100 * q[1], 100 * q[2], 100 * q[3]);
+    };
+    const std::string same = st.same_logits_overlap < 0 ? "-" : printf_string("%.4f", st.same_logits_overlap);
+    s += printf_string("  %12s %27s %27s %+8.2f%% %8.4f %11s\n", grouped(st.length).c_str(), quarters(st.share).c_str(),
+                       quarters(st.exact_share).c_str(), 100 * st.newest_shift, st.exact_overlap, same.c_str());
+  }
+  s += "  newest: pipeline minus fp32 share of the newest quarter; same logits: overlap with the exact top-k of the\n"
+       "  GPU's own logits (1 = the selector is exact; '-' on the CPU, whose selector is that top-k)\n";
+  for (const DcpMappingCheck& d : r.dcp)
+    s += printf_string("  DCP%d mapping (interleave %d): global <-> (rank, local) %s through %s positions\n", d.ranks, d.interleave,
+                       d.bijective ? "bijective" : "NOT bijective", grouped(d.positions).c_str());
+}
+
 }  // namespace
 
 std::string report_to_json(const EvalReport& r) {
@@ -233,6 +290,32 @@ std::string report_to_json(const EvalReport& r) {
                                      {"dump_pool_tokens", or_null(r.needle_pool_tokens)},
                                      {"with_replacement", or_null(r.needle_with_replacement)}}
                              : ojson(nullptr);
+  const PipelineOptions& po = r.options.pipeline;
+  if (!r.pipeline_note.empty()) {
+    ojson sel = ojson::array(), dcp = ojson::array();
+    for (const SelectionStats& st : r.selection)
+      sel.push_back(ojson{{"length", st.length},
+                          {"share", std::vector<double>(st.share, st.share + 4)},
+                          {"exact_share", std::vector<double>(st.exact_share, st.exact_share + 4)},
+                          {"newest_shift", st.newest_shift},
+                          {"exact_overlap", st.exact_overlap},
+                          {"same_logits_overlap", st.same_logits_overlap < 0 ? ojson(nullptr) : ojson(st.same_logits_overlap)},
+                          {"same_logits_newest_shift", st.same_logits_overlap < 0 ? ojson(nullptr) : ojson(st.same_logits_newest_shift)}});
+    for (const DcpMappingCheck& d : r.dcp)
+      dcp.push_back(ojson{{"positions", d.positions}, {"ranks", d.ranks}, {"interleave", d.interleave}, {"bijective", d.bijective}});
+    const DsaWorkloadOptions& w = po.workload;
+    doc["pipeline"] = ojson{{"note", r.pipeline_note},
+                            {"lengths", r.pipeline_lengths},
+                            {"depths", r.pipeline_depths},
+                            {"topk", po.topk},
+                            {"workload", ojson{{"layer", w.layer}, {"heads", w.heads}, {"index_heads", w.index_heads},
+                                               {"needle_logit", w.needle_logit}, {"index_margin", w.index_margin},
+                                               {"index_noise", w.index_noise}, {"recency", w.recency}}},
+                            {"selection", sel},
+                            {"dcp", dcp}};
+  } else {
+    doc["pipeline"] = nullptr;
+  }
   doc["capacity"] = ojson{
       {"definition", "tokens = floor(cache_bytes / (record_bytes * num_layers)): one record per token in every "
                      "layer of the stack; GB = 1e9 bytes; the DSA indexer keys are not included"},
@@ -246,7 +329,11 @@ std::string report_to_json(const EvalReport& r) {
       {"attention_kld", "mean over query rows x heads of KL(P_bf16 || P) in nats over the selected tokens, per layer"},
       {"sweep_relative_error", "latent relative error at each sweep magnitude (RMS of the latent values)"},
       {"needle", "kept: the needle is the single top-scoring token; mass: its attention probability; "
-                 "mass_ratio: mass / bf16 mass; margin: needle logit minus the best other (nats)"}};
+                 "mass_ratio: mass / bf16 mass; margin: needle logit minus the best other (nats)"},
+      {"pipeline", "selected: the needle is in its row's indexer top-k (FP8 key cache, exact top-k); top: it has the "
+                   "highest attention score over the selected records in every head; mass: its attention probability, "
+                   "mean over heads; selection.share: top-k budget per context quarter, oldest first; exact_share: the "
+                   "same for the exact top-k of fp32 logits from BF16 keys and fp32 queries"}};
   ojson modes = ojson::array();
   for (const ModeResult& m : r.modes) {
     ojson j;
@@ -307,6 +394,29 @@ std::string report_to_json(const EvalReport& r) {
     } else {
       j["needle"] = nullptr;
     }
+    if (!m.pipeline.empty()) {
+      const size_t depths = r.pipeline_depths.size();
+      ojson selected = ojson::array(), top = ojson::array(), mass = ojson::array(), ratio = ojson::array();
+      for (size_t li = 0; li < r.pipeline_lengths.size(); ++li) {
+        ojson a = ojson::array(), b = ojson::array(), c = ojson::array(), d = ojson::array();
+        for (size_t di = 0; di < depths; ++di) {
+          const PipelineCell& cell = m.pipeline[li * depths + di];
+          a.push_back(cell.selected);
+          b.push_back(cell.top);
+          c.push_back(cell.mass);
+          d.push_back(cell.mass_ratio);
+        }
+        selected.push_back(a);
+        top.push_back(b);
+        mass.push_back(c);
+        ratio.push_back(d);
+      }
+      j["pipeline"] = ojson{{"selected_total", m.pipeline_selected}, {"top_total", m.pipeline_top},
+                            {"min_mass_ratio", m.pipeline_min_mass_ratio}, {"selected", selected}, {"top", top},
+                            {"mass", mass}, {"mass_ratio", ratio}};
+    } else {
+      j["pipeline"] = nullptr;
+    }
     modes.push_back(j);
   }
   doc["modes"] = modes;
@@ -357,6 +467,7 @@ std::string report_to_text(const EvalReport& r) {
   append_attention_text(r, s);
   append_sweep_text(r, s);
   append_needle_text(r, s);
+  append_pipeline_text(r, s);
   line("");
   if (r.options.attention.enabled || r.options.needle.enabled) line("  attention ran on: " + r.device);
   if (!r.calibration_file.empty()) line("  calibration written to " + r.calibration_file.string());

@@ -137,4 +137,9 @@ std::vector<NeedleGrid> run_needle_layer(const NeedleSource& source, int layer, 
                                          const std::vector<FormatConfig>& configs, Device device,
                                          const std::function<void()>& cell_done);
 
+// The DSA pipeline stage (pipeline_eval.cpp): its needle grid into each mode's `pipeline`, the
+// selection statistics and the DCP mapping checks into the report.
+void run_pipeline_stage(const SyntheticWorkload& model, const EvalOptions& options, const std::vector<FormatConfig>& configs,
+                        Device device, EvalReport& report, const ProgressFn& progress, int threads);
+
 }  // namespace nvfp4mla::eval::detail
