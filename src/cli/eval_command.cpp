@@ -192,7 +192,9 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--dump", flags->options.dump,
                   "Evaluate your own activations instead of the synthetic model: a safetensors file with "
                   "layers.<i>.kv_c [tokens, 512], layers.<i>.k_pe [tokens, 64] and optional layers.<i>.q "
-                  "[rows, heads, 576] (BF16, F16 or F32); the first half of the tokens calibrates the static mode, "
+                  "[rows, heads, 576] (BF16, F16 or F32), and optional DSA indexer tensors layers.<i>.index_k "
+                  "[tokens, 128], layers.<i>.index_q [rows, heads, 128], layers.<i>.index_w [rows, heads] for the "
+                  "pipeline section's selection report; the first half of the tokens calibrates the static mode, "
                   "the second half is evaluated (the sweep scales tokens of its middle layer, the needle contexts are "
                   "drawn from its tokens)")
       ->check(CLI::ExistingFile);

@@ -2,13 +2,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "nvfp4mla/codec.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/eval/dump.h"
+#include "nvfp4mla/layer_tensors.h"
+#include "nvfp4mla/safetensors.h"
 #include "nvfp4mla/eval/dsa_workload.h"
 #include "nvfp4mla/eval/evaluation.h"
 #include "support/eval_small.h"
+#include "support/temp_dir.h"
 
 using namespace nvfp4mla;
 using namespace nvfp4mla::eval;
@@ -144,4 +150,102 @@ TEST(EvalPipeline, SmallReportHasTheGridTheSelectionAndTheChecks) {
   const std::string text = report_to_text(r);
   EXPECT_NE(text.find("DSA pipeline"), std::string::npos);
   EXPECT_NE(text.find("bijective through 1,048,576 positions"), std::string::npos);
+}
+
+namespace {
+
+// A 2-layer dump from the DSA workload: latents and index keys of `tokens` tokens, `rows` index
+// query rows of `heads` heads (rows of the workload's queries for needles at a few depths).
+nvfp4mla::TensorMap index_dump(int64_t tokens, int rows, int heads) {
+  using nvfp4mla::DType;
+  using nvfp4mla::Tensor;
+  const SyntheticWorkload model(3, WorkloadShape{.num_layers = 2});
+  DsaWorkloadOptions o;
+  o.layer = 1;
+  o.index_heads = heads;
+  const DsaWorkload w(model, o);
+  const DsaTokens t = w.tokens(0, tokens);
+  nvfp4mla::TensorMap m;
+  auto f32 = [](std::vector<int64_t> shape, const auto& values, auto convert) {
+    Tensor x = Tensor::zeros(DType::F32, std::move(shape));
+    for (int64_t i = 0; i < x.numel(); ++i) x.as<float>()[i] = convert(values[static_cast<size_t>(i)]);
+    return x;
+  };
+  const auto bf16 = [](uint16_t b) { return codec::bf16_decode(b); };
+  const auto same = [](float v) { return v; };
+  std::vector<float> q, wt;
+  for (int r = 0; r < rows; ++r) {
+    const DsaQueryRow row = w.query(r, w.needle(r, r * tokens / (rows + 1)), tokens);
+    q.insert(q.end(), row.index_q.begin(), row.index_q.end());
+    wt.insert(wt.end(), row.index_w.begin(), row.index_w.end());
+  }
+  for (int l = 0; l < 2; ++l) {
+    m[nvfp4mla::layer_tensor_name(l, "kv_c")] = f32({tokens, kLatentDim}, t.latents.kv_c, bf16);
+    m[nvfp4mla::layer_tensor_name(l, "k_pe")] = f32({tokens, kRopeDim}, t.latents.k_pe, bf16);
+    m[nvfp4mla::layer_tensor_name(l, "index_k")] = f32({tokens, 128}, t.index_k, bf16);
+    m[nvfp4mla::layer_tensor_name(l, "index_q")] = f32({rows, heads, 128}, q, same);
+    m[nvfp4mla::layer_tensor_name(l, "index_w")] = f32({rows, heads}, wt, same);
+  }
+  return m;
+}
+
+EvalOptions dump_pipeline_options(const std::filesystem::path& dump) {
+  EvalOptions o = nvfp4mla::testing::small_eval_options();
+  o.dump = dump;
+  o.latent = o.attention.enabled = o.sweep.enabled = o.needle.enabled = false;
+  o.device = Device::cpu;
+  return o;
+}
+
+}  // namespace
+
+TEST(EvalPipeline, DumpIndexTensorsGiveTheSelectionReport) {
+  nvfp4mla::testing::TempDir dir;
+  const auto path = dir / "acts.safetensors";
+  nvfp4mla::write_safetensors(path, index_dump(2000, 3, 8));
+  const EvalReport r = run_evaluation(dump_pipeline_options(path));
+  ASSERT_EQ(r.selection.size(), 1u);
+  EXPECT_EQ(r.selection[0].length, 2000);
+  EXPECT_GT(r.selection[0].share[3], r.selection[0].share[0]);
+  EXPECT_GT(r.selection[0].exact_overlap, 0.8);
+  EXPECT_NE(r.pipeline_note.find("dump layer 1: its 3 index query rows (8 heads)"), std::string::npos) << r.pipeline_note;
+  EXPECT_TRUE(r.pipeline_lengths.empty());
+  EXPECT_NE(report_to_text(r).find("Selection distribution"), std::string::npos);
+}
+
+TEST(EvalPipeline, DumpIndexTensorsAreValidatedByName) {
+  nvfp4mla::testing::TempDir dir;
+  const auto path = dir / "acts.safetensors";
+  auto expect_error = [&](nvfp4mla::TensorMap m, const std::string& message) {
+    nvfp4mla::write_safetensors(path, m);
+    try {
+      (void)read_dump(path);
+      ADD_FAILURE() << "accepted; expected: " << message;
+    } catch (const nvfp4mla::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  auto m = index_dump(64, 2, 4);
+  m.erase("layers.1.index_w");
+  expect_error(m, "tensor 'layers.1.index_w' is missing; the dump has DSA indexer tensors");
+  m = index_dump(64, 2, 4);
+  m.erase("layers.0.index_k");
+  expect_error(m, "tensor 'layers.0.index_k' is missing");
+  m = index_dump(64, 2, 4);
+  m["layers.1.index_k"] = nvfp4mla::Tensor::zeros(nvfp4mla::DType::F32, {63, 128});
+  expect_error(m, "layers.1.index_k");
+  m = index_dump(64, 2, 4);
+  m["layers.0.index_w"] = nvfp4mla::Tensor::zeros(nvfp4mla::DType::F32, {2, 5});
+  expect_error(m, "layers.0.index_w");
+  m = index_dump(64, 2, 4);
+  m["layers.0.index_q"].as<float>()[5] = std::numeric_limits<float>::infinity();
+  expect_error(m, "tensor 'layers.0.index_q' holds a non-finite value at row 0");
+  // Without index tensors the section says so.
+  m = index_dump(64, 2, 4);
+  for (const char* n : {"layers.0.index_k", "layers.0.index_q", "layers.0.index_w", "layers.1.index_k", "layers.1.index_q",
+                        "layers.1.index_w"})
+    m.erase(n);
+  nvfp4mla::write_safetensors(path, m);
+  EXPECT_NE(run_evaluation(dump_pipeline_options(path)).pipeline_note.find("skipped: the dump has no DSA indexer tensors"),
+            std::string::npos);
 }

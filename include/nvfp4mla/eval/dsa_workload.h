@@ -42,7 +42,7 @@ struct DsaWorkloadOptions {
   double needle_logit = 12.0;  // attention logit lift of the needle, the largest over the heads
   double index_margin = 6.0;   // the needle's projection on its row's direction, in bulk standard deviations
   double index_noise = 1.0;    // weight of each index head's own random direction
-  double recency = 3.0;        // recency lift of the newest token (bulk standard deviations)
+  double recency = 2.0;        // recency lift of the newest token (bulk standard deviations)
 };
 
 // A block of tokens at positions first .. first + count - 1.
@@ -86,6 +86,10 @@ class DsaWorkload {
   DsaWorkloadOptions options_;
   int layer_;
 };
+
+// Fills a row's index_q_e4m3 and index_w_scaled from its fp32 index_q and index_w: each head's
+// query through index_key.h's recipe, its scale folded into the weight.
+void quantize_index_queries(DsaQueryRow& row, int index_heads);
 
 // The recency pair a query at context length `context` uses.
 int dsa_recency_pair(int64_t context);

@@ -131,8 +131,6 @@ DsaQueryRow DsaWorkload::query(int row, const DsaTokens& needle, int64_t context
   const double angle = recency_frequency(pair) * static_cast<double>(context);
   r.index_q.assign(static_cast<size_t>(o.index_heads) * index_key::kDim, 0.0f);
   r.index_w.assign(static_cast<size_t>(o.index_heads), static_cast<float>(1.0 / o.index_heads));
-  r.index_q_e4m3.resize(r.index_q.size());
-  r.index_w_scaled.resize(r.index_w.size());
   for (int h = 0; h < o.index_heads; ++h) {
     Rng rng(stream_key(model_.seed(), static_cast<uint64_t>(Sample::dsa_query), static_cast<uint64_t>(layer_),
                        (static_cast<uint64_t>(row) << 8) + 1 + static_cast<uint64_t>(h)));
@@ -142,10 +140,18 @@ DsaQueryRow DsaWorkload::query(int row, const DsaTokens& needle, int64_t context
     for (int d = 0; d < kDsaContentDims; ++d) q[d] = static_cast<float>(u[d] + o.index_noise * g[d]);
     q[kDsaContentDims + 2 * pair] = static_cast<float>(o.recency * std::cos(angle));
     q[kDsaContentDims + 2 * pair + 1] = static_cast<float>(o.recency * std::sin(angle));
-    const float scale = index_key::encode(q, &r.index_q_e4m3[static_cast<size_t>(h) * index_key::kDim]);
-    r.index_w_scaled[static_cast<size_t>(h)] = r.index_w[static_cast<size_t>(h)] * scale;
   }
+  quantize_index_queries(r, o.index_heads);
   return r;
+}
+
+void quantize_index_queries(DsaQueryRow& r, int index_heads) {
+  r.index_q_e4m3.resize(static_cast<size_t>(index_heads) * index_key::kDim);
+  r.index_w_scaled.resize(static_cast<size_t>(index_heads));
+  for (int h = 0; h < index_heads; ++h) {
+    const size_t at = static_cast<size_t>(h) * index_key::kDim;
+    r.index_w_scaled[static_cast<size_t>(h)] = r.index_w[static_cast<size_t>(h)] * index_key::encode(&r.index_q[at], &r.index_q_e4m3[at]);
+  }
 }
 
 void DsaWorkload::exact_index_logits(const DsaQueryRow& row, int index_heads, const uint16_t* index_k, int64_t count,

@@ -302,10 +302,8 @@ EvalReport run_evaluation(const EvalOptions& requested, const ProgressFn& progre
       for (size_t m = 0; m < grids.size(); ++m) report.modes[m].needle.push_back(grids[m]);
   }
 
-  if (options.pipeline.enabled) {
-    if (dump) report.pipeline_note = "skipped: the dump has no index keys and queries (layers.<i>.index_k, index_q, index_w)";
-    else detail::run_pipeline_stage(workload, options, configs, device.device, report, progress, threads);
-  }
+  if (options.pipeline.enabled)
+    detail::run_pipeline_stage(workload, dump.get(), options, configs, device.device, report, progress, threads);
 
   for (ModeResult& r : report.modes) {
     r.latent_relative_error_summary = summarize(r.latent_relative_error);

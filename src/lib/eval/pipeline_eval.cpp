@@ -15,6 +15,7 @@
 #include "nvfp4mla/dsa_pipeline.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/dsa_workload.h"
+#include "nvfp4mla/eval/dump.h"
 #include "nvfp4mla/topk.h"
 #include "parallel.h"
 #include "stages.h"
@@ -57,21 +58,32 @@ constexpr int64_t kLogitTask = 65536;  // tokens per task of the fp32 logits
 // One context length's step: the needles (the step's new tokens, one per query row) and the rows.
 struct Step {
   int64_t length = 0, pages = 0;
-  std::vector<int64_t> positions;  // per row: its needle's position (= its cache slot)
+  int rows_n = 0, heads = 0, index_heads = 0;
+  std::vector<int64_t> positions;  // per row: its needle's position (= its cache slot); empty: no needles
   DsaTokens needles;               // concatenated, one per row
   std::vector<DsaQueryRow> rows;
   std::vector<uint16_t> q;
   std::vector<uint8_t> index_q;
   std::vector<float> index_w;
   std::vector<int32_t> table, context_lens;
-  int rows_count() const { return static_cast<int>(positions.size()); }
+  int rows_count() const { return rows_n; }
+  // The step's query rows, over the same pages (slot = position), each `length` long.
+  void add_row(DsaQueryRow r) {
+    index_q.insert(index_q.end(), r.index_q_e4m3.begin(), r.index_q_e4m3.end());
+    index_w.insert(index_w.end(), r.index_w_scaled.begin(), r.index_w_scaled.end());
+    rows.push_back(std::move(r));
+    for (int64_t p = 0; p < pages; ++p) table.push_back(static_cast<int32_t>(p));
+    context_lens.push_back(static_cast<int32_t>(length));
+    ++rows_n;
+  }
 };
 
 Step make_step(const DsaWorkload& w, int64_t length, const std::vector<double>& depths) {
   Step s;
   s.length = length;
   s.pages = (length + kPageSize - 1) / kPageSize;
-  const DsaWorkloadOptions& o = w.options();
+  s.heads = w.options().heads;
+  s.index_heads = w.options().index_heads;
   for (size_t i = 0; i < depths.size(); ++i) {
     const int row = static_cast<int>(i);
     const int64_t pos = std::llround(depths[i] * static_cast<double>(length - 1));
@@ -82,15 +94,29 @@ Step make_step(const DsaWorkload& w, int64_t length, const std::vector<double>& 
     s.needles.index_k.insert(s.needles.index_k.end(), n.index_k.begin(), n.index_k.end());
     DsaQueryRow r = w.query(row, n, length);
     s.q.insert(s.q.end(), r.q.begin(), r.q.end());
-    s.index_q.insert(s.index_q.end(), r.index_q_e4m3.begin(), r.index_q_e4m3.end());
-    s.index_w.insert(s.index_w.end(), r.index_w_scaled.begin(), r.index_w_scaled.end());
-    s.rows.push_back(std::move(r));
-    // Every row is a request over the same pages: slot = position.
-    for (int64_t p = 0; p < s.pages; ++p) s.table.push_back(static_cast<int32_t>(p));
-    s.context_lens.push_back(static_cast<int32_t>(length));
+    s.add_row(std::move(r));
   }
   s.needles.latents.count = static_cast<int64_t>(depths.size());
-  (void)o;
+  return s;
+}
+
+// A dump layer's step: its tokens as the context, its index query rows (each over the whole
+// context), no needles; one attention head of zeros (only the selection is measured).
+Step dump_step(const DumpLayer& d, int64_t length) {
+  Step s;
+  s.length = length;
+  s.pages = (length + kPageSize - 1) / kPageSize;
+  s.heads = 1;
+  s.index_heads = d.index_heads;
+  s.q.assign(static_cast<size_t>(d.index_rows) * kQkDim, 0);
+  const size_t per_row = static_cast<size_t>(d.index_heads) * index_key::kDim;
+  for (int r = 0; r < d.index_rows; ++r) {
+    DsaQueryRow row;
+    row.index_q.assign(d.index_q.begin() + r * per_row, d.index_q.begin() + (r + 1) * per_row);
+    row.index_w.assign(d.index_w.begin() + r * d.index_heads, d.index_w.begin() + (r + 1) * d.index_heads);
+    quantize_index_queries(row, d.index_heads);
+    s.add_row(std::move(row));
+  }
   return s;
 }
 
@@ -108,10 +134,10 @@ DsaDecodeArgs step_args(const Step& s, const FormatConfig& config, int layer, co
   a.context_lens = s.context_lens.data();
   a.max_context = s.length;
   a.q = s.q.data();
-  a.heads = o.heads;
+  a.heads = s.heads;
   a.index_q = s.index_q.data();
   a.index_w = s.index_w.data();
-  a.index_heads = o.index_heads;
+  a.index_heads = s.index_heads;
   a.k = k;
   a.sm_scale = kSmScale;
   return a;
@@ -165,9 +191,9 @@ std::vector<std::vector<int32_t>> exact_selection(const Step& s, const DsaTokens
   std::vector<std::vector<int32_t>> selected(static_cast<size_t>(rows));
   parallel_for(rows, threads, [&](int64_t r) {
     auto& l = logits[static_cast<size_t>(r)];
-    for (int j = 0; j < rows; ++j)
-      DsaWorkload::exact_index_logits(s.rows[static_cast<size_t>(r)], index_heads, &s.needles.index_k[size_t(j) * index_key::kDim], 1,
-                                      &l[static_cast<size_t>(s.positions[static_cast<size_t>(j)])]);
+    for (size_t j = 0; j < s.positions.size(); ++j)
+      DsaWorkload::exact_index_logits(s.rows[static_cast<size_t>(r)], index_heads, &s.needles.index_k[j * index_key::kDim], 1,
+                                      &l[static_cast<size_t>(s.positions[j])]);
     std::vector<int32_t> idx(static_cast<size_t>(k)), len(1);
     TopkArgs t;
     t.values = l.data();
@@ -236,7 +262,7 @@ SelectionStats selection_stats(const Step& s, const StepOutput& out, int k, cons
 // format writes its caches through the same reference and attends over that selection.
 std::vector<StepOutput> run_cpu(const Step& s, const DsaTokens& base, const std::vector<FormatConfig>& configs, int layer,
                                 const PipelineOptions& o, int threads, StageProgress& stage) {
-  const int rows = s.rows_count(), heads = o.workload.heads, k = o.topk;
+  const int rows = s.rows_count(), heads = s.heads, k = o.topk;
   std::vector<StepOutput> outs(configs.size());
   auto write_and_attend = [&](size_t m, bool select) {
     const FormatConfig& cfg = configs[m];
@@ -252,7 +278,7 @@ std::vector<StepOutput> run_cpu(const Step& s, const DsaTokens& base, const std:
     write.tokens = {base.latents.kv_c.data(), base.latents.k_pe.data(), base.index_k.data(), slots.data(), s.length};
     dsa_decode_reference(write, 0, {});
     a.tokens = {s.needles.latents.kv_c.data(), s.needles.latents.k_pe.data(), s.needles.index_k.data(), s.positions.data(),
-                static_cast<int64_t>(rows)};
+                static_cast<int64_t>(s.positions.size())};
     StepOutput& out = outs[m];
     if (select) {
       out.indices.resize(static_cast<size_t>(rows) * k);
@@ -292,7 +318,7 @@ std::vector<StepOutput> run_cuda(const Step& s, const GpuBase& base, const std::
                                  const PipelineOptions& o, int threads, StageProgress& stage,
                                  std::vector<std::vector<int32_t>>* same_logits) {
   const cudaStream_t stream = cudaStreamPerThread;
-  const int rows = s.rows_count(), heads = o.workload.heads, k = o.topk;
+  const int rows = s.rows_count(), heads = s.heads, k = o.topk;
   const size_t capacity = static_cast<size_t>(s.pages * kPageSize);
   int max_record = 0;
   for (const FormatConfig& c : configs) max_record = std::max(max_record, c.record_bytes());
@@ -325,7 +351,8 @@ std::vector<StepOutput> run_cuda(const Step& s, const GpuBase& base, const std::
         step.tokens = {base.kv_c.as<uint16_t>(), base.k_pe.as<uint16_t>(), base.index_k.as<uint16_t>(), base.slots.as<int64_t>(),
                        s.length};
       } else {
-        step.tokens = {n_kv.as<uint16_t>(), n_pe.as<uint16_t>(), n_key.as<uint16_t>(), n_slots.as<int64_t>(), int64_t(rows)};
+        step.tokens = {n_kv.as<uint16_t>(), n_pe.as<uint16_t>(), n_key.as<uint16_t>(), n_slots.as<int64_t>(),
+                       static_cast<int64_t>(s.positions.size())};
       }
       const DsaDecodePlan plan = plan_dsa_decode(step, cuda::current_sm_count());
       const DeviceBytes workspace(plan.workspace_bytes);
@@ -373,19 +400,71 @@ std::vector<StepOutput> run_cuda(const Step& s, const GpuBase& base, const std::
 }
 #endif
 
+// A dump's selection through the pipeline: its index keys as the context of one layer, its index
+// query rows; the record format does not change the selection, so the first one alone runs.
+void run_dump_selection(const DumpWorkload& dump, const EvalOptions& options, const std::vector<FormatConfig>& configs,
+                        bool gpu, EvalReport& report, const ProgressFn& progress, int threads) {
+  const PipelineOptions& o = options.pipeline;
+  const int layer = o.workload.layer < 0 ? dump.num_layers() / 2 : o.workload.layer;
+  if (!dump.has_index) {
+    report.pipeline_note = "skipped: the dump has no DSA indexer tensors (layers.<i>.index_k [tokens, 128], "
+                           "layers.<i>.index_q [rows, heads, 128], layers.<i>.index_w [rows, heads])";
+    return;
+  }
+  const DumpLayer& d = dump.layers.at(static_cast<size_t>(layer));
+  DsaTokens base;
+  base.latents.count = dump.tokens;
+  for (const TokenBlock* half : {&d.calibration, &d.evaluation}) {
+    base.latents.kv_c.insert(base.latents.kv_c.end(), half->kv_c.begin(), half->kv_c.end());
+    base.latents.k_pe.insert(base.latents.k_pe.end(), half->k_pe.begin(), half->k_pe.end());
+  }
+  base.index_k = d.index_k;
+  const Step s = dump_step(d, dump.tokens);
+  report.pipeline_note = std::string(gpu ? "cuda: cuda::dsa_decode" : "cpu: dsa_decode_reference") + "; dump layer " +
+                         std::to_string(layer) + ": its " + std::to_string(d.index_rows) + " index query rows (" +
+                         std::to_string(d.index_heads) + " heads) each over all its " + std::to_string(dump.tokens) +
+                         " tokens; selection only (no needles in a dump)";
+  StageProgress stage(progress, "DSA pipeline (dump)", 1);
+  const std::vector<FormatConfig> first(configs.begin(), configs.begin() + 1);
+  std::vector<std::vector<int32_t>> same_logits;
+  std::vector<StepOutput> outs;
+#if defined(NVFP4MLA_WITH_CUDA)
+  if (gpu) {
+    std::vector<int64_t> slots(static_cast<size_t>(dump.tokens));
+    std::iota(slots.begin(), slots.end(), int64_t(0));
+    const GpuBase device_base(base, slots, cudaStreamPerThread);
+    outs = run_cuda(s, device_base, first, layer, o, threads, stage, &same_logits);
+  }
+#endif
+  if (!gpu) outs = run_cpu(s, base, first, layer, o, threads, stage);
+  const auto exact = exact_selection(s, base, s.index_heads, o.topk, threads);
+  report.selection.push_back(selection_stats(s, outs[0], o.topk, exact, same_logits.empty() ? nullptr : &same_logits));
+}
+
+void add_dcp_checks(EvalReport& report) {
+  for (int64_t n : {int64_t(475000), int64_t(1048576)})
+    for (int interleave : {1, 64}) report.dcp.push_back(check_dcp_mapping(n, 4, interleave));
+}
+
 }  // namespace
 
-void run_pipeline_stage(const SyntheticWorkload& model, const EvalOptions& options, const std::vector<FormatConfig>& configs,
-                        Device device, EvalReport& report, const ProgressFn& progress, int threads) {
+void run_pipeline_stage(const SyntheticWorkload& model, const DumpWorkload* dump, const EvalOptions& options,
+                        const std::vector<FormatConfig>& configs, Device device, EvalReport& report, const ProgressFn& progress,
+                        int threads) {
   const PipelineOptions& o = options.pipeline;
   const bool gpu = device == Device::cuda;
+  if (o.topk < 1 || o.topk > kTopkMaxK) throw Error("--pipeline-topk must be in 1.." + std::to_string(kTopkMaxK));
+  if (dump) {
+    run_dump_selection(*dump, options, configs, gpu, report, progress, threads);
+    add_dcp_checks(report);
+    return;
+  }
   report.pipeline_lengths = !o.lengths.empty() ? o.lengths : gpu ? kPipelineLengthsGpu : kPipelineLengthsCpu;
   const std::vector<double>& depths = options.needle.depths;
   report.pipeline_depths = depths;
   for (int64_t l : report.pipeline_lengths)
     if (l < static_cast<int64_t>(depths.size()) || l > INT32_MAX)
       throw Error("pipeline context length " + std::to_string(l) + " must be at least the number of depths and below 2^31");
-  if (o.topk < 1 || o.topk > kTopkMaxK) throw Error("--pipeline-topk must be in 1.." + std::to_string(kTopkMaxK));
   const DsaWorkload w(model, o.workload);
   report.pipeline_note = std::string(gpu ? "cuda: cuda::dsa_decode for every format" : "cpu: dsa_decode_reference") +
                          (o.lengths.empty() ? gpu ? " (the default contexts)" : " (contexts capped on the CPU; --device cuda runs them to 1M)"
@@ -411,7 +490,7 @@ void run_pipeline_stage(const SyntheticWorkload& model, const EvalOptions& optio
     if (gpu) outs = run_cuda(s, *gpu_base, configs, w.layer(), o, threads, stage, &same_logits);
 #endif
     if (!gpu) outs = run_cpu(s, base, configs, w.layer(), o, threads, stage);
-    const auto exact = exact_selection(s, base, o.workload.index_heads, o.topk, threads);
+    const auto exact = exact_selection(s, base, s.index_heads, o.topk, threads);
     report.selection.push_back(selection_stats(s, outs[0], o.topk, exact, same_logits.empty() ? nullptr : &same_logits));
     for (size_t m = 0; m < configs.size(); ++m)
       for (int r = 0; r < s.rows_count(); ++r)
@@ -431,8 +510,7 @@ void run_pipeline_stage(const SyntheticWorkload& model, const EvalOptions& optio
     }
     if (!std::isfinite(m.pipeline_min_mass_ratio)) m.pipeline_min_mass_ratio = 0.0;  // bf16 found no needle
   }
-  for (int64_t n : {int64_t(475000), int64_t(1048576)})
-    for (int interleave : {1, 64}) report.dcp.push_back(check_dcp_mapping(n, 4, interleave));
+  add_dcp_checks(report);
 }
 
 }  // namespace detail

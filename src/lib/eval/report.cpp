@@ -188,13 +188,24 @@ void append_needle_text(const EvalReport& r, std::string& s) {
          ": every mode keeps every needle (the attention mass it keeps is in the JSON and the figures)\n";
 }
 
+void append_pipeline_grid(const EvalReport& r, std::string& s);
+void append_selection_text(const EvalReport& r, std::string& s);
+
 void append_pipeline_text(const EvalReport& r, std::string& s) {
   if (r.pipeline_note.empty() || r.modes.empty()) return;
   const PipelineOptions& o = r.options.pipeline;
   s += "\nDSA pipeline: index keys (FP8) -> indexer logits -> exact top-" + std::to_string(o.topk) +
        " -> sparse attention over the records, every format\n";
   s += wrapped(r.pipeline_note, "  ");
-  if (r.pipeline_lengths.empty()) return;
+  if (!r.pipeline_lengths.empty()) append_pipeline_grid(r, s);
+  if (!r.selection.empty()) append_selection_text(r, s);
+  for (const DcpMappingCheck& d : r.dcp)
+    s += printf_string("  DCP%d mapping (interleave %d): global <-> (rank, local) %s through %s positions\n", d.ranks, d.interleave,
+                       d.bijective ? "bijective" : "NOT bijective", grouped(d.positions).c_str());
+}
+
+void append_pipeline_grid(const EvalReport& r, std::string& s) {
+  const PipelineOptions& o = r.options.pipeline;
   const size_t depths = r.pipeline_depths.size();
   std::string lengths;
   for (int64_t l : r.pipeline_lengths) lengths += (lengths.empty() ? "" : ", ") + grouped(l);
@@ -225,6 +236,10 @@ void append_pipeline_text(const EvalReport& r, std::string& s) {
     }
     s += "\n";
   }
+}
+
+void append_selection_text(const EvalReport& r, std::string& s) {
+  const PipelineOptions& o = r.options.pipeline;
   s += "\nSelection distribution: share of the top-" + std::to_string(o.topk) +
        " budget per quarter of the context (oldest first), mean over the rows;\n"
        "  fp32: the exact top-k of fp32 logits from BF16 keys and fp32 queries; overlap: shared entries / k\n";
@@ -240,9 +255,6 @@ void append_pipeline_text(const EvalReport& r, std::string& s) {
   }
   s += "  newest: pipeline minus fp32 share of the newest quarter; same logits: overlap with the exact top-k of the\n"
        "  GPU's own logits (1 = the selector is exact; '-' on the CPU, whose selector is that top-k)\n";
-  for (const DcpMappingCheck& d : r.dcp)
-    s += printf_string("  DCP%d mapping (interleave %d): global <-> (rank, local) %s through %s positions\n", d.ranks, d.interleave,
-                       d.bijective ? "bijective" : "NOT bijective", grouped(d.positions).c_str());
 }
 
 }  // namespace
