@@ -217,6 +217,10 @@ void add_eval_command(CLI::App& app) {
   auto& pw = flags->options.pipeline.workload;
   cmd->add_option("--pipeline-topk", flags->options.pipeline.topk, "DSA pipeline: tokens the indexer selects per row")
       ->capture_default_str();
+  cmd->add_option("--verifier-width", flags->options.pipeline.verifier_width,
+                  "DSA pipeline: query rows per request of the MTP verifier grid (0 or 1: none; on the CPU only for "
+                  "contexts up to 16k)")
+      ->capture_default_str();
   cmd->add_option("--pipeline-layer", pw.layer, "DSA pipeline: the synthetic layer whose latents it uses (-1: the middle one)")
       ->capture_default_str();
   cmd->add_option("--pipeline-heads", pw.heads, "DSA pipeline: attention heads per query row")->capture_default_str();

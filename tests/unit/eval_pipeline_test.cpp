@@ -123,14 +123,18 @@ TEST(EvalPipeline, SmallReportHasTheGridTheSelectionAndTheChecks) {
   ASSERT_EQ(r.selection.size(), 2u);
   const size_t cells = r.pipeline_lengths.size() * r.pipeline_depths.size();
   for (const ModeResult& m : r.modes) {
-    ASSERT_EQ(m.pipeline.size(), cells) << m.mode.key;
-    EXPECT_EQ(m.pipeline_selected, r.modes.front().pipeline_selected) << "the selection does not depend on the format";
+    ASSERT_EQ(m.pipeline.cells.size(), cells) << m.mode.key;
+    EXPECT_EQ(m.pipeline.selected, r.modes.front().pipeline.selected) << "the selection does not depend on the format";
+    ASSERT_EQ(m.verifier.cells.size(), cells) << m.mode.key;
+    EXPECT_FALSE(m.verifier.route.empty());
   }
   const ModeResult& bf16 = r.modes.front();
-  EXPECT_EQ(bf16.pipeline_selected, static_cast<int>(cells));
-  EXPECT_EQ(bf16.pipeline_top, static_cast<int>(cells));
-  EXPECT_EQ(nvfp4mla::testing::mode_of(r, "fp8_ds_mla_656").pipeline_top, static_cast<int>(cells));
-  EXPECT_GT(nvfp4mla::testing::mode_of(r, "fp8_ds_mla_656").pipeline_min_mass_ratio, 0.9);
+  EXPECT_EQ(bf16.pipeline.selected, static_cast<int>(cells));
+  EXPECT_EQ(bf16.pipeline.top, static_cast<int>(cells));
+  EXPECT_EQ(bf16.verifier.top, static_cast<int>(cells));
+  EXPECT_EQ(nvfp4mla::testing::mode_of(r, "fp8_ds_mla_656").pipeline.top, static_cast<int>(cells));
+  EXPECT_GT(nvfp4mla::testing::mode_of(r, "fp8_ds_mla_656").pipeline.min_mass_ratio, 0.9);
+  EXPECT_EQ(r.verifier_lengths, r.pipeline_lengths);
   for (const SelectionStats& s : r.selection) {
     double sum = 0, exact = 0;
     for (int q = 0; q < 4; ++q) {
@@ -147,6 +151,7 @@ TEST(EvalPipeline, SmallReportHasTheGridTheSelectionAndTheChecks) {
   const auto doc = nlohmann::json::parse(report_to_json(r));
   EXPECT_EQ(doc.at("pipeline").at("lengths")[1].get<int64_t>(), 3000);
   EXPECT_EQ(doc.at("modes")[0].at("pipeline").at("selected").size(), 2u);
+  EXPECT_EQ(doc.at("modes")[0].at("verifier").at("top").size(), 2u);
   const std::string text = report_to_text(r);
   EXPECT_NE(text.find("DSA pipeline"), std::string::npos);
   EXPECT_NE(text.find("bijective through 1,048,576 positions"), std::string::npos);

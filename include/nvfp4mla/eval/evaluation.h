@@ -74,8 +74,13 @@ struct PipelineOptions {
   // reference pipeline would take minutes at 1M tokens). Depths are the needle grid's.
   std::vector<int64_t> lengths;
   int topk = 2048;
+  // MTP verifier batch: every needle row as a request of this many query rows (1 + speculative
+  // tokens) on the route serving::decide_route picks for the format; 0 or 1: no verifier grid.
+  // On the CPU it runs for contexts up to kPipelineVerifierCpuLength only.
+  int verifier_width = 4;
   DsaWorkloadOptions workload;
 };
+inline constexpr int64_t kPipelineVerifierCpuLength = 16384;
 inline const std::vector<int64_t> kPipelineLengthsGpu = {16384, 65536, 131072, 262144, 350000, 475000, 1048576};
 inline const std::vector<int64_t> kPipelineLengthsCpu = {16384, 65536};
 
@@ -124,6 +129,15 @@ struct PipelineCell {
   bool top = false;         // ... and has the highest attention score in every head
   double mass = 0.0;        // its attention probability, mean over the heads (0 when not selected)
   double mass_ratio = 0.0;  // mass / bf16 mass (0 when bf16's is 0)
+};
+
+// A pipeline needle grid of one record format: cells[length_index * depths + depth_index].
+struct PipelineGrid {
+  std::vector<PipelineCell> cells;
+  int selected = 0;             // cells whose needle was selected
+  int top = 0;                  // ... and had the top attention weight
+  double min_mass_ratio = 0.0;  // over the cells where bf16 selected the needle
+  std::string route;            // the attention route (verifier grid: decode or extend, and why)
 };
 
 // The selection of one context length (the same for every record format: the indexer reads its
@@ -181,11 +195,10 @@ struct ModeResult {
   int needles_lost_where_reference_kept = 0;
   double needle_min_mass_ratio = 0.0;
   double needle_mean_mass_ratio = 0.0;
-  // The pipeline's needle grid: cells[length_index * depths + depth_index].
-  std::vector<PipelineCell> pipeline;
-  int pipeline_selected = 0;
-  int pipeline_top = 0;
-  double pipeline_min_mass_ratio = 0.0;  // over the cells where bf16 selected the needle
+  // The pipeline's needle grid (one query row per needle), and the same needles through an MTP
+  // verifier batch (a cell counts as selected or top when every verifier row of it is).
+  PipelineGrid pipeline;
+  PipelineGrid verifier;
 };
 
 struct EvalReport {
@@ -214,6 +227,7 @@ struct EvalReport {
   std::vector<double> needle_depths;
   std::vector<int64_t> pipeline_lengths;
   std::vector<double> pipeline_depths;
+  std::vector<int64_t> verifier_lengths;  // the contexts the verifier grid ran for
   std::string pipeline_note;             // where it ran, which contexts and why
   std::vector<SelectionStats> selection;  // per pipeline length
   std::vector<DcpMappingCheck> dcp;

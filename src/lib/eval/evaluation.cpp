@@ -62,6 +62,7 @@ void validate(const EvalOptions& o, int layers) {
     require(p.workload.layer < layers, "--pipeline-layer " + std::to_string(p.workload.layer) + " is not a layer of the workload");
     require(p.workload.index_heads >= 1 && p.workload.index_heads <= 64, "--index-heads must be in [1, 64]");
     require(p.workload.heads >= 1, "--pipeline-heads must be at least 1");
+    require(p.verifier_width >= 0 && p.verifier_width <= 16, "--verifier-width must be in [0, 16]");
   }
 }
 

@@ -16,6 +16,7 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/dsa_workload.h"
 #include "nvfp4mla/eval/dump.h"
+#include "nvfp4mla/serving/route.h"
 #include "nvfp4mla/topk.h"
 #include "parallel.h"
 #include "stages.h"
@@ -55,46 +56,52 @@ namespace {
 constexpr int64_t kPageSize = 64;
 constexpr int64_t kLogitTask = 65536;  // tokens per task of the fp32 logits
 
-// One context length's step: the needles (the step's new tokens, one per query row) and the rows.
+// One context length's step: the needles (the step's new tokens, one per request) and the
+// query rows (next_n per request, each request over the whole context).
 struct Step {
   int64_t length = 0, pages = 0;
-  int rows_n = 0, heads = 0, index_heads = 0;
-  std::vector<int64_t> positions;  // per row: its needle's position (= its cache slot); empty: no needles
-  DsaTokens needles;               // concatenated, one per row
+  int requests = 0, next_n = 1, heads = 0, index_heads = 0;
+  std::vector<int64_t> positions;  // per request: its needle's position (= its cache slot); empty: no needles
+  DsaTokens needles;               // concatenated, one per request
   std::vector<DsaQueryRow> rows;
   std::vector<uint16_t> q;
   std::vector<uint8_t> index_q;
   std::vector<float> index_w;
   std::vector<int32_t> table, context_lens;
-  int rows_count() const { return rows_n; }
-  // The step's query rows, over the same pages (slot = position), each `length` long.
-  void add_row(DsaQueryRow r) {
-    index_q.insert(index_q.end(), r.index_q_e4m3.begin(), r.index_q_e4m3.end());
-    index_w.insert(index_w.end(), r.index_w_scaled.begin(), r.index_w_scaled.end());
-    rows.push_back(std::move(r));
+  int rows_count() const { return requests * next_n; }
+  // A request over the same pages as every other (slot = position), `length` long.
+  void add_request() {
     for (int64_t p = 0; p < pages; ++p) table.push_back(static_cast<int32_t>(p));
     context_lens.push_back(static_cast<int32_t>(length));
-    ++rows_n;
+    ++requests;
+  }
+  void add_query_row(DsaQueryRow r) {
+    index_q.insert(index_q.end(), r.index_q_e4m3.begin(), r.index_q_e4m3.end());
+    index_w.insert(index_w.end(), r.index_w_scaled.begin(), r.index_w_scaled.end());
+    q.insert(q.end(), r.q.begin(), r.q.end());
+    rows.push_back(std::move(r));
   }
 };
 
-Step make_step(const DsaWorkload& w, int64_t length, const std::vector<double>& depths) {
+// Request i looks for needle i at depths[i] of the context with next_n query rows; row j is the
+// query after the first length - next_n + j + 1 tokens, and the needle lies within all of them.
+Step make_step(const DsaWorkload& w, int64_t length, const std::vector<double>& depths, int next_n) {
   Step s;
   s.length = length;
+  s.next_n = next_n;
   s.pages = (length + kPageSize - 1) / kPageSize;
   s.heads = w.options().heads;
   s.index_heads = w.options().index_heads;
   for (size_t i = 0; i < depths.size(); ++i) {
     const int row = static_cast<int>(i);
-    const int64_t pos = std::llround(depths[i] * static_cast<double>(length - 1));
+    const int64_t pos = std::llround(depths[i] * static_cast<double>(length - next_n));
     s.positions.push_back(pos);
     const DsaTokens n = w.needle(row, pos);
     s.needles.latents.kv_c.insert(s.needles.latents.kv_c.end(), n.latents.kv_c.begin(), n.latents.kv_c.end());
     s.needles.latents.k_pe.insert(s.needles.latents.k_pe.end(), n.latents.k_pe.begin(), n.latents.k_pe.end());
     s.needles.index_k.insert(s.needles.index_k.end(), n.index_k.begin(), n.index_k.end());
-    DsaQueryRow r = w.query(row, n, length);
-    s.q.insert(s.q.end(), r.q.begin(), r.q.end());
-    s.add_row(std::move(r));
+    s.add_request();
+    for (int j = 0; j < next_n; ++j) s.add_query_row(w.query(row, n, length - next_n + j + 1));
   }
   s.needles.latents.count = static_cast<int64_t>(depths.size());
   return s;
@@ -108,14 +115,15 @@ Step dump_step(const DumpLayer& d, int64_t length) {
   s.pages = (length + kPageSize - 1) / kPageSize;
   s.heads = 1;
   s.index_heads = d.index_heads;
-  s.q.assign(static_cast<size_t>(d.index_rows) * kQkDim, 0);
   const size_t per_row = static_cast<size_t>(d.index_heads) * index_key::kDim;
   for (int r = 0; r < d.index_rows; ++r) {
     DsaQueryRow row;
     row.index_q.assign(d.index_q.begin() + r * per_row, d.index_q.begin() + (r + 1) * per_row);
     row.index_w.assign(d.index_w.begin() + r * d.index_heads, d.index_w.begin() + (r + 1) * d.index_heads);
     quantize_index_queries(row, d.index_heads);
-    s.add_row(std::move(row));
+    row.q.assign(kQkDim, 0);
+    s.add_request();
+    s.add_query_row(std::move(row));
   }
   return s;
 }
@@ -127,8 +135,8 @@ DsaDecodeArgs step_args(const Step& s, const FormatConfig& config, int layer, co
   a.layer_scale = config.layer_scale_for(layer);
   a.caches.num_pages = s.pages;
   a.caches.page_size = kPageSize;
-  a.requests = s.rows_count();
-  a.next_n = 1;
+  a.requests = s.requests;
+  a.next_n = s.next_n;
   a.block_table = s.table.data();
   a.block_table_stride = s.pages;
   a.context_lens = s.context_lens.data();
@@ -316,7 +324,7 @@ struct GpuBase {
 
 std::vector<StepOutput> run_cuda(const Step& s, const GpuBase& base, const std::vector<FormatConfig>& configs, int layer,
                                  const PipelineOptions& o, int threads, StageProgress& stage,
-                                 std::vector<std::vector<int32_t>>* same_logits) {
+                                 std::vector<std::vector<int32_t>>* same_logits, const std::vector<int>& forced_splits) {
   const cudaStream_t stream = cudaStreamPerThread;
   const int rows = s.rows_count(), heads = s.heads, k = o.topk;
   const size_t capacity = static_cast<size_t>(s.pages * kPageSize);
@@ -354,7 +362,7 @@ std::vector<StepOutput> run_cuda(const Step& s, const GpuBase& base, const std::
         step.tokens = {n_kv.as<uint16_t>(), n_pe.as<uint16_t>(), n_key.as<uint16_t>(), n_slots.as<int64_t>(),
                        static_cast<int64_t>(s.positions.size())};
       }
-      const DsaDecodePlan plan = plan_dsa_decode(step, cuda::current_sm_count());
+      const DsaDecodePlan plan = plan_dsa_decode(step, cuda::current_sm_count(), 0, forced_splits[m]);
       const DeviceBytes workspace(plan.workspace_bytes);
       cuda::dsa_decode(step, plan, workspace.as<void>(), plan.workspace_bytes, outputs, errors.as<DsaDecodeErrors>(), stream);
       errors.download(&found[call], stream);
@@ -433,12 +441,27 @@ void run_dump_selection(const DumpWorkload& dump, const EvalOptions& options, co
     std::vector<int64_t> slots(static_cast<size_t>(dump.tokens));
     std::iota(slots.begin(), slots.end(), int64_t(0));
     const GpuBase device_base(base, slots, cudaStreamPerThread);
-    outs = run_cuda(s, device_base, first, layer, o, threads, stage, &same_logits);
+    outs = run_cuda(s, device_base, first, layer, o, threads, stage, &same_logits, {0});
   }
 #endif
   if (!gpu) outs = run_cpu(s, base, first, layer, o, threads, stage);
   const auto exact = exact_selection(s, base, s.index_heads, o.topk, threads);
   report.selection.push_back(selection_stats(s, outs[0], o.topk, exact, same_logits.empty() ? nullptr : &same_logits));
+}
+
+// Mass ratios against bf16's grid, and the counts.
+void summarize_grid(PipelineGrid& g, const PipelineGrid& reference) {
+  g.selected = g.top = 0;
+  g.min_mass_ratio = std::numeric_limits<double>::infinity();
+  for (size_t c = 0; c < g.cells.size(); ++c) {
+    PipelineCell& cell = g.cells[c];
+    const double ref = reference.cells[c].mass;
+    cell.mass_ratio = ref > 0.0 ? cell.mass / ref : 0.0;
+    g.selected += cell.selected;
+    g.top += cell.top;
+    if (ref > 0.0) g.min_mass_ratio = std::min(g.min_mass_ratio, cell.mass_ratio);
+  }
+  if (!std::isfinite(g.min_mass_ratio)) g.min_mass_ratio = 0.0;  // bf16 found no needle
 }
 
 void add_dcp_checks(EvalReport& report) {
@@ -471,9 +494,28 @@ void run_pipeline_stage(const SyntheticWorkload& model, const DumpWorkload* dump
                                             : " (contexts as requested)") +
                          "; synthetic layer " + std::to_string(w.layer());
   const int64_t longest = *std::max_element(report.pipeline_lengths.begin(), report.pipeline_lengths.end());
-  StageProgress stage(progress, "DSA pipeline", static_cast<int64_t>(report.pipeline_lengths.size() * configs.size()));
+  const int width = o.verifier_width;
+  if (width > 1)
+    for (int64_t l : report.pipeline_lengths)
+      if ((gpu || l <= kPipelineVerifierCpuLength) && l >= width + static_cast<int64_t>(depths.size()))
+        report.verifier_lengths.push_back(l);
+  StageProgress stage(progress, "DSA pipeline",
+                      static_cast<int64_t>((report.pipeline_lengths.size() + report.verifier_lengths.size()) * configs.size()));
   const DsaTokens base = w.tokens(0, longest, threads);
-  for (ModeResult& m : report.modes) m.pipeline.assign(report.pipeline_lengths.size() * depths.size(), PipelineCell{});
+  // The attention route of a verifier batch per format: decode unless the policy sends it to
+  // extend (one split per row).
+  std::vector<int> decode_splits(configs.size(), 0), verifier_splits(configs.size(), 0);
+  for (size_t m = 0; m < configs.size(); ++m) {
+    report.modes[m].pipeline.route = "decode";
+    if (width <= 1) continue;
+    serving::VerifierBatchShape shape;
+    shape.num_speculative_tokens = width - 1;
+    shape.max_query_len = width;
+    shape.decode_rows = shape.decode_row_budget = static_cast<int64_t>(depths.size()) * width;
+    const serving::RouteDecision d = serving::decide_route(serving::SpecDecodeMode::automatic, configs[m].cache_dtype(), shape);
+    verifier_splits[m] = d.route == serving::Route::extend ? 1 : 0;
+    report.modes[m].verifier.route = std::string(serving::to_string(d.route)) + " (" + d.reason + ")";
+  }
 #if defined(NVFP4MLA_WITH_CUDA)
   std::unique_ptr<GpuBase> gpu_base;
   if (gpu) {
@@ -482,34 +524,48 @@ void run_pipeline_stage(const SyntheticWorkload& model, const DumpWorkload* dump
     gpu_base = std::make_unique<GpuBase>(base, slots, cudaStreamPerThread);
   }
 #endif
-  for (size_t li = 0; li < report.pipeline_lengths.size(); ++li) {
-    const Step s = make_step(w, report.pipeline_lengths[li], depths);
-    std::vector<std::vector<int32_t>> same_logits;
+  auto run = [&](const Step& s, const std::vector<int>& splits, std::vector<std::vector<int32_t>>* same_logits) {
     std::vector<StepOutput> outs;
 #if defined(NVFP4MLA_WITH_CUDA)
-    if (gpu) outs = run_cuda(s, *gpu_base, configs, w.layer(), o, threads, stage, &same_logits);
+    if (gpu) outs = run_cuda(s, *gpu_base, configs, w.layer(), o, threads, stage, same_logits, splits);
 #endif
     if (!gpu) outs = run_cpu(s, base, configs, w.layer(), o, threads, stage);
+    return outs;
+  };
+  // A request's cell: every one of its rows selected (and on top); the mass averaged over them.
+  auto request_cell = [&](const StepOutput& out, const Step& s, int b) {
+    PipelineCell c{true, true, 0.0, 0.0};
+    for (int j = 0; j < s.next_n; ++j) {
+      const PipelineCell row = needle_cell(out, b * s.next_n + j, s.heads, o.topk, s.positions[static_cast<size_t>(b)]);
+      c.selected = c.selected && row.selected;
+      c.top = c.top && row.top;
+      c.mass += row.mass / s.next_n;
+    }
+    return c;
+  };
+  for (ModeResult& m : report.modes) {
+    m.pipeline.cells.assign(report.pipeline_lengths.size() * depths.size(), PipelineCell{});
+    m.verifier.cells.assign(report.verifier_lengths.size() * depths.size(), PipelineCell{});
+  }
+  for (size_t li = 0; li < report.pipeline_lengths.size(); ++li) {
+    const Step s = make_step(w, report.pipeline_lengths[li], depths, 1);
+    std::vector<std::vector<int32_t>> same_logits;
+    const std::vector<StepOutput> outs = run(s, decode_splits, &same_logits);
     const auto exact = exact_selection(s, base, s.index_heads, o.topk, threads);
     report.selection.push_back(selection_stats(s, outs[0], o.topk, exact, same_logits.empty() ? nullptr : &same_logits));
     for (size_t m = 0; m < configs.size(); ++m)
-      for (int r = 0; r < s.rows_count(); ++r)
-        report.modes[m].pipeline[li * depths.size() + static_cast<size_t>(r)] =
-            needle_cell(outs[m], r, o.workload.heads, o.topk, s.positions[static_cast<size_t>(r)]);
+      for (int b = 0; b < s.requests; ++b)
+        report.modes[m].pipeline.cells[li * depths.size() + static_cast<size_t>(b)] = request_cell(outs[m], s, b);
   }
-  for (ModeResult& m : report.modes) {
-    m.pipeline_selected = m.pipeline_top = 0;
-    m.pipeline_min_mass_ratio = std::numeric_limits<double>::infinity();
-    for (size_t c = 0; c < m.pipeline.size(); ++c) {
-      PipelineCell& cell = m.pipeline[c];
-      const double ref = report.modes.front().pipeline[c].mass;
-      cell.mass_ratio = ref > 0.0 ? cell.mass / ref : 0.0;
-      m.pipeline_selected += cell.selected;
-      m.pipeline_top += cell.top;
-      if (ref > 0.0) m.pipeline_min_mass_ratio = std::min(m.pipeline_min_mass_ratio, cell.mass_ratio);
-    }
-    if (!std::isfinite(m.pipeline_min_mass_ratio)) m.pipeline_min_mass_ratio = 0.0;  // bf16 found no needle
+  for (size_t li = 0; li < report.verifier_lengths.size(); ++li) {
+    const Step s = make_step(w, report.verifier_lengths[li], depths, width);
+    const std::vector<StepOutput> outs = run(s, verifier_splits, nullptr);
+    for (size_t m = 0; m < configs.size(); ++m)
+      for (int b = 0; b < s.requests; ++b)
+        report.modes[m].verifier.cells[li * depths.size() + static_cast<size_t>(b)] = request_cell(outs[m], s, b);
   }
+  for (PipelineGrid ModeResult::*grid : {&ModeResult::pipeline, &ModeResult::verifier})
+    for (ModeResult& m : report.modes) summarize_grid(m.*grid, report.modes.front().*grid);
   add_dcp_checks(report);
 }
 

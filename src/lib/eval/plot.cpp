@@ -226,12 +226,12 @@ std::filesystem::path plot_pipeline(const EvalReport& r, const std::filesystem::
   f.lengths = r.pipeline_lengths;
   f.depths = r.pipeline_depths;
   f.cell = [depths](const ModeResult& m, size_t li, size_t di) {
-    const PipelineCell& c = m.pipeline[li * depths + di];
+    const PipelineCell& c = m.pipeline.cells[li * depths + di];
     return HeatCell{c.mass_ratio, !c.selected ? Mark::cross : c.top ? Mark::none : Mark::ring};
   };
   f.summary = [](const ModeResult& m) {
-    return std::to_string(m.pipeline_selected) + " selected, " + std::to_string(m.pipeline_top) + " top of " +
-           std::to_string(m.pipeline.size());
+    return std::to_string(m.pipeline.selected) + " selected, " + std::to_string(m.pipeline.top) + " top of " +
+           std::to_string(m.pipeline.cells.size());
   };
   return plot_heatmaps(r, f, dir / "pipeline_needles.png");
 }
@@ -286,7 +286,7 @@ std::vector<std::filesystem::path> write_plots(const EvalReport& r, const std::f
   if (!r.modes.front().latent_relative_error.empty() || !r.modes.front().attention_relative_error.empty())
     out.push_back(plot_per_layer(r, dir));
   for (size_t g = 0; g < r.needle_layers.size(); ++g) out.push_back(plot_needle(r, g, dir));
-  if (!r.pipeline_lengths.empty() && !r.modes.front().pipeline.empty()) out.push_back(plot_pipeline(r, dir));
+  if (!r.pipeline_lengths.empty() && !r.modes.front().pipeline.cells.empty()) out.push_back(plot_pipeline(r, dir));
   if (!r.selection.empty()) out.push_back(plot_selection(r, dir));
   release_font_caches();
   return out;

@@ -189,6 +189,28 @@ void append_needle_text(const EvalReport& r, std::string& s) {
 }
 
 void append_pipeline_grid(const EvalReport& r, std::string& s);
+
+// A pipeline grid as JSON: per length, per depth.
+ojson grid_json(const PipelineGrid& g, const std::vector<int64_t>& lengths, size_t depths) {
+  ojson selected = ojson::array(), top = ojson::array(), mass = ojson::array(), ratio = ojson::array();
+  for (size_t li = 0; li < lengths.size(); ++li) {
+    ojson a = ojson::array(), b = ojson::array(), c = ojson::array(), d = ojson::array();
+    for (size_t di = 0; di < depths; ++di) {
+      const PipelineCell& cell = g.cells[li * depths + di];
+      a.push_back(cell.selected);
+      b.push_back(cell.top);
+      c.push_back(cell.mass);
+      d.push_back(cell.mass_ratio);
+    }
+    selected.push_back(a);
+    top.push_back(b);
+    mass.push_back(c);
+    ratio.push_back(d);
+  }
+  return ojson{{"lengths", lengths}, {"route", g.route.empty() ? ojson(nullptr) : ojson(g.route)},
+               {"selected_total", g.selected}, {"top_total", g.top}, {"min_mass_ratio", g.min_mass_ratio},
+               {"selected", selected}, {"top", top}, {"mass", mass}, {"mass_ratio", ratio}};
+}
 void append_selection_text(const EvalReport& r, std::string& s);
 
 void append_pipeline_text(const EvalReport& r, std::string& s) {
@@ -204,38 +226,50 @@ void append_pipeline_text(const EvalReport& r, std::string& s) {
                        d.bijective ? "bijective" : "NOT bijective", grouped(d.positions).c_str());
 }
 
-void append_pipeline_grid(const EvalReport& r, std::string& s) {
-  const PipelineOptions& o = r.options.pipeline;
+// One pipeline grid per mode (`grid` picks it) over `lengths`.
+void append_grid(const EvalReport& r, const std::vector<int64_t>& lengths, PipelineGrid ModeResult::*grid, std::string& s) {
   const size_t depths = r.pipeline_depths.size();
-  std::string lengths;
-  for (int64_t l : r.pipeline_lengths) lengths += (lengths.empty() ? "" : ", ") + grouped(l);
-  s += printf_string("  contexts %s; %zu depths; one query row per depth, %d heads; indexer %d heads, margin %g, recency %g\n",
-                     lengths.c_str(), depths, o.workload.heads, o.workload.index_heads, o.workload.index_margin,
-                     o.workload.recency);
   s += printf_string("  %-20s %10s %10s %11s\n", "format / scale", "selected", "top", "mass ratio");
   s += printf_string("  %-20s %10s %10s %11s\n", "", "", "weight", "min");
   for (const ModeResult& m : r.modes) {
-    const std::string cells = "/" + std::to_string(m.pipeline.size());
-    s += printf_string("  %-20s %10s %10s %11s\n", m.mode.label.c_str(), (std::to_string(m.pipeline_selected) + cells).c_str(),
-                       (std::to_string(m.pipeline_top) + cells).c_str(), sig3(m.pipeline_min_mass_ratio).c_str());
+    const PipelineGrid& g = m.*grid;
+    const std::string cells = "/" + std::to_string(g.cells.size());
+    s += printf_string("  %-20s %10s %10s %11s\n", m.mode.label.c_str(), (std::to_string(g.selected) + cells).c_str(),
+                       (std::to_string(g.top) + cells).c_str(), sig3(g.min_mass_ratio).c_str());
   }
-  s += "  Grids: one character per depth, per context: '#' selected and the top attention weight in every head, '+'\n"
-       "  selected but not on top, '.' not selected by the indexer.\n";
   s += printf_string("    %-20s", "");
-  for (int64_t len : r.pipeline_lengths) s += printf_string(" %*s", static_cast<int>(std::max<size_t>(depths, 9)), grouped(len).c_str());
+  for (int64_t len : lengths) s += printf_string(" %*s", static_cast<int>(std::max<size_t>(depths, 9)), grouped(len).c_str());
   s += "\n";
   for (const ModeResult& m : r.modes) {
     s += printf_string("    %-20s", m.mode.label.c_str());
-    for (size_t li = 0; li < r.pipeline_lengths.size(); ++li) {
+    for (size_t li = 0; li < lengths.size(); ++li) {
       std::string row;
       for (size_t di = 0; di < depths; ++di) {
-        const PipelineCell& c = m.pipeline[li * depths + di];
+        const PipelineCell& c = (m.*grid).cells[li * depths + di];
         row += c.top ? '#' : c.selected ? '+' : '.';
       }
       s += printf_string(" %*s", static_cast<int>(std::max<size_t>(depths, 9)), row.c_str());
     }
     s += "\n";
   }
+}
+
+void append_pipeline_grid(const EvalReport& r, std::string& s) {
+  const PipelineOptions& o = r.options.pipeline;
+  std::string lengths;
+  for (int64_t l : r.pipeline_lengths) lengths += (lengths.empty() ? "" : ", ") + grouped(l);
+  s += printf_string("  contexts %s; %zu depths; one query row per depth, %d heads; indexer %d heads, margin %g, recency %g\n",
+                     lengths.c_str(), r.pipeline_depths.size(), o.workload.heads, o.workload.index_heads,
+                     o.workload.index_margin, o.workload.recency);
+  s += "  Grids: one character per depth, per context: '#' selected and the top attention weight in every head, '+'\n"
+       "  selected but not on top, '.' not selected by the indexer.\n";
+  append_grid(r, r.pipeline_lengths, &ModeResult::pipeline, s);
+  if (r.verifier_lengths.empty()) return;
+  s += printf_string("\n  MTP verifier batch: each needle row as a request of %d query rows (the needle within every row's\n"
+                     "  context); a cell counts when every row of it does. Routes (serving::decide_route, auto mode):\n",
+                     o.verifier_width);
+  for (const ModeResult& m : r.modes) s += wrapped(m.mode.label + ": " + m.verifier.route, "    ");
+  append_grid(r, r.verifier_lengths, &ModeResult::verifier, s);
 }
 
 void append_selection_text(const EvalReport& r, std::string& s) {
@@ -320,6 +354,8 @@ std::string report_to_json(const EvalReport& r) {
                             {"lengths", r.pipeline_lengths},
                             {"depths", r.pipeline_depths},
                             {"topk", po.topk},
+                            {"verifier_width", po.verifier_width},
+                            {"verifier_lengths", r.verifier_lengths},
                             {"workload", ojson{{"layer", w.layer}, {"heads", w.heads}, {"index_heads", w.index_heads},
                                                {"needle_logit", w.needle_logit}, {"index_margin", w.index_margin},
                                                {"index_noise", w.index_noise}, {"recency", w.recency}}},
@@ -406,29 +442,8 @@ std::string report_to_json(const EvalReport& r) {
     } else {
       j["needle"] = nullptr;
     }
-    if (!m.pipeline.empty()) {
-      const size_t depths = r.pipeline_depths.size();
-      ojson selected = ojson::array(), top = ojson::array(), mass = ojson::array(), ratio = ojson::array();
-      for (size_t li = 0; li < r.pipeline_lengths.size(); ++li) {
-        ojson a = ojson::array(), b = ojson::array(), c = ojson::array(), d = ojson::array();
-        for (size_t di = 0; di < depths; ++di) {
-          const PipelineCell& cell = m.pipeline[li * depths + di];
-          a.push_back(cell.selected);
-          b.push_back(cell.top);
-          c.push_back(cell.mass);
-          d.push_back(cell.mass_ratio);
-        }
-        selected.push_back(a);
-        top.push_back(b);
-        mass.push_back(c);
-        ratio.push_back(d);
-      }
-      j["pipeline"] = ojson{{"selected_total", m.pipeline_selected}, {"top_total", m.pipeline_top},
-                            {"min_mass_ratio", m.pipeline_min_mass_ratio}, {"selected", selected}, {"top", top},
-                            {"mass", mass}, {"mass_ratio", ratio}};
-    } else {
-      j["pipeline"] = nullptr;
-    }
+    j["pipeline"] = m.pipeline.cells.empty() ? ojson(nullptr) : grid_json(m.pipeline, r.pipeline_lengths, r.pipeline_depths.size());
+    j["verifier"] = m.verifier.cells.empty() ? ojson(nullptr) : grid_json(m.verifier, r.verifier_lengths, r.pipeline_depths.size());
     modes.push_back(j);
   }
   doc["modes"] = modes;
