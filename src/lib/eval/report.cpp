@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "nvfp4mla/eval/evaluation.h"
 
@@ -190,26 +192,31 @@ void append_needle_text(const EvalReport& r, std::string& s) {
 
 void append_pipeline_grid(const EvalReport& r, std::string& s);
 
+// Named [length][depth] arrays of a grid's cells, one per field, appended to `out`.
+template <class Cell>
+void cell_arrays(ojson& out, const std::vector<Cell>& cells, size_t lengths, size_t depths,
+                 const std::vector<std::pair<const char*, std::function<ojson(const Cell&)>>>& fields) {
+  for (const auto& [name, field] : fields) {
+    ojson rows = ojson::array();
+    for (size_t li = 0; li < lengths; ++li) {
+      ojson row = ojson::array();
+      for (size_t di = 0; di < depths; ++di) row.push_back(field(cells[li * depths + di]));
+      rows.push_back(row);
+    }
+    out[name] = rows;
+  }
+}
+
 // A pipeline grid as JSON: per length, per depth.
 ojson grid_json(const PipelineGrid& g, const std::vector<int64_t>& lengths, size_t depths) {
-  ojson selected = ojson::array(), top = ojson::array(), mass = ojson::array(), ratio = ojson::array();
-  for (size_t li = 0; li < lengths.size(); ++li) {
-    ojson a = ojson::array(), b = ojson::array(), c = ojson::array(), d = ojson::array();
-    for (size_t di = 0; di < depths; ++di) {
-      const PipelineCell& cell = g.cells[li * depths + di];
-      a.push_back(cell.selected);
-      b.push_back(cell.top);
-      c.push_back(cell.mass);
-      d.push_back(cell.mass_ratio);
-    }
-    selected.push_back(a);
-    top.push_back(b);
-    mass.push_back(c);
-    ratio.push_back(d);
-  }
-  return ojson{{"lengths", lengths}, {"route", g.route.empty() ? ojson(nullptr) : ojson(g.route)},
-               {"selected_total", g.selected}, {"top_total", g.top}, {"min_mass_ratio", g.min_mass_ratio},
-               {"selected", selected}, {"top", top}, {"mass", mass}, {"mass_ratio", ratio}};
+  ojson out{{"lengths", lengths}, {"route", g.route.empty() ? ojson(nullptr) : ojson(g.route)},
+            {"selected_total", g.selected}, {"top_total", g.top}, {"min_mass_ratio", g.min_mass_ratio}};
+  cell_arrays<PipelineCell>(out, g.cells, lengths.size(), depths,
+                            {{"selected", [](const PipelineCell& c) { return ojson(c.selected); }},
+                             {"top", [](const PipelineCell& c) { return ojson(c.top); }},
+                             {"mass", [](const PipelineCell& c) { return ojson(c.mass); }},
+                             {"mass_ratio", [](const PipelineCell& c) { return ojson(c.mass_ratio); }}});
+  return out;
 }
 void append_selection_text(const EvalReport& r, std::string& s);
 
@@ -416,22 +423,13 @@ std::string report_to_json(const EvalReport& r) {
       ojson grids = ojson::array();
       const size_t depths = r.needle_depths.size();
       for (const NeedleGrid& g : m.needle) {
-        ojson kept = ojson::array(), mass = ojson::array(), ratio = ojson::array(), margin = ojson::array();
-        for (size_t li = 0; li < r.needle_lengths.size(); ++li) {
-          ojson k = ojson::array(), ma = ojson::array(), ra = ojson::array(), mg = ojson::array();
-          for (size_t di = 0; di < depths; ++di) {
-            const NeedleCell& c = g.cells[li * depths + di];
-            k.push_back(c.kept);
-            ma.push_back(c.mass);
-            ra.push_back(c.mass_ratio);
-            mg.push_back(c.margin);
-          }
-          kept.push_back(k);
-          mass.push_back(ma);
-          ratio.push_back(ra);
-          margin.push_back(mg);
-        }
-        grids.push_back(ojson{{"layer", g.layer}, {"kept", kept}, {"mass", mass}, {"mass_ratio", ratio}, {"margin", margin}});
+        ojson grid{{"layer", g.layer}};
+        cell_arrays<NeedleCell>(grid, g.cells, r.needle_lengths.size(), depths,
+                                {{"kept", [](const NeedleCell& c) { return ojson(c.kept); }},
+                                 {"mass", [](const NeedleCell& c) { return ojson(c.mass); }},
+                                 {"mass_ratio", [](const NeedleCell& c) { return ojson(c.mass_ratio); }},
+                                 {"margin", [](const NeedleCell& c) { return ojson(c.margin); }}});
+        grids.push_back(grid);
       }
       j["needle"] = ojson{{"total", m.needles_total},
                           {"kept", m.needles_kept},
