@@ -89,18 +89,19 @@ struct HostStep {
   std::vector<int32_t> indices, length;
 };
 
-HostStep reference(const DsaProblem& p, int64_t chunk) {
+HostStep reference(const DsaProblem& p, int64_t chunk, const ReferenceOptions& options) {
   HostStep h{p.latent, p.index, std::vector<float>(p.rows() * p.shape.heads * kLatentDim),
              std::vector<float>(p.rows() * p.shape.heads), std::vector<float>(p.rows() * p.shape.k),
              std::vector<int32_t>(p.rows() * p.shape.k), std::vector<int32_t>(p.rows())};
   dsa_decode_reference(p.args(h.latent.data(), h.index.data()), chunk,
-                       {h.out.data(), h.lse.data(), h.indices.data(), h.length.data(), h.logits.data()});
+                       {h.out.data(), h.lse.data(), h.indices.data(), h.length.data(), h.logits.data()}, options);
   return h;
 }
 
-// Everything the step produced against the reference; attention on the kernel's operands.
+// Everything the step produced against the reference (attention on the kernel's operands).
 void expect_equal_to_reference(const DsaProblem& p, const DeviceStep& d, const DsaDecodePlan& plan, int64_t chunk) {
-  const HostStep h = reference(p, chunk);
+  const bool bf16_k = cuda::decode_rounds_k_to_bf16(p.shape.spec, plan.decode);
+  const HostStep h = reference(p, chunk, {.bf16_operands = bf16_k});
   EXPECT_TRUE(d.latent.download() == h.latent) << "latent cache";
   EXPECT_TRUE(d.index.download() == h.index) << "index key cache";
   EXPECT_EQ(d.indices.download(), h.indices);
@@ -114,16 +115,13 @@ void expect_equal_to_reference(const DsaProblem& p, const DeviceStep& d, const D
   std::vector<uint8_t> latent = h.latent, index = h.index;
   const DsaDecodeArgs a = host.args(latent.data(), index.data());
   const SparseMlaArgs sa = dsa_attention_args(a, h.indices.data(), h.length.data());
-  const bool bf16_k = cuda::decode_rounds_k_to_bf16(a.spec, plan.decode);
-  std::vector<float> want_out(h.out.size()), want_lse(h.lse.size());
-  sparse_mla_reference(a.spec, sa, want_out.data(), want_lse.data(), {.bf16_operands = bf16_k});
   const auto bounds = nvfp4mla::testing::oracle::attention(
       a.spec, sa, {.bf16_operands = bf16_k, .bounds = true, .split_entries = nvfp4mla::testing::plan_split_entries(plan.decode)});
   const auto out_bits = d.out.download();
   std::vector<float> got(out_bits.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = codec::bf16_decode(out_bits[i]);
   const double row_cos = cuda::decode_weights_are_bf16(a.spec, plan.decode) ? 5e-5 : 5e-6;
-  const auto c = nvfp4mla::testing::compare_attention(got, want_out, d.lse.download(), want_lse, bounds, a.heads,
+  const auto c = nvfp4mla::testing::compare_attention(got, h.out, d.lse.download(), h.lse, bounds, a.heads,
                                                       {.cos_limit = 5e-6, .row_cos_limit = row_cos});
   EXPECT_EQ(c.failures, 0);
 }
