@@ -73,12 +73,12 @@ struct DeviceStep {
 
 int sm_count() { return cuda::current_sm_count(); }
 
-DsaDecodePlan run(const DsaProblem& p, DeviceStep& d, int64_t chunk = 0, cudaStream_t stream = nullptr) {
+DsaDecodePlan run(const DsaProblem& p, DeviceStep& d, int64_t chunk = 0, int forced_splits = 0) {
   const DsaDecodeArgs a = d.args(p);
-  const DsaDecodePlan plan = plan_dsa_decode(a, sm_count(), chunk);
+  const DsaDecodePlan plan = plan_dsa_decode(a, sm_count(), chunk, forced_splits);
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
   ws.fill_bytes(0xFF);
-  cuda::dsa_decode(a, plan, ws.get(), ws.size(), d.outputs(), d.errors.get(), stream);
+  cuda::dsa_decode(a, plan, ws.get(), ws.size(), d.outputs(), d.errors.get(), nullptr);
   if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("dsa_decode failed on the device");
   return plan;
 }
@@ -165,6 +165,28 @@ TEST(DsaPipelineGpu, LongContextInChunksEqualsCpuReference) {
     DeviceStep d(p);
     const DsaDecodePlan plan = run(p, d, chunk);
     expect_equal_to_reference(p, d, plan, chunk);
+  }
+}
+
+// A prefill chunk: the last 64 tokens of each request are the step's new tokens and its 64 causal
+// query rows (next_n), attended on the extend route (one split per row).
+TEST(DsaPipelineGpu, PrefillChunkOnTheExtendRouteEqualsCpuReference) {
+  NVFP4MLA_REQUIRE_GPU();
+  uint64_t seed = 40;
+  for (const auto& spec : {kSpecNvfp4Fp8Rope, kSpecFp8}) {
+    DsaProblemShape s;
+    s.spec = spec;
+    s.context_lens = {64, 3001};
+    s.next_n = 64;
+    s.heads = 16;
+    s.k = 512;
+    s.seed = seed++;
+    SCOPED_TRACE(nvfp4mla::testing::spec_name(spec));
+    const DsaProblem p = dsa_problem(s);
+    DeviceStep d(p);
+    const DsaDecodePlan plan = run(p, d, 0, /*forced_splits=*/1);
+    EXPECT_EQ(plan.decode.splits, 1);
+    expect_equal_to_reference(p, d, plan, 0);
   }
 }
 

@@ -103,6 +103,22 @@ TEST(DsaPipeline, ReferenceEqualsItsPartsForEveryFormatAndChunking) {
   }
 }
 
+// A prefill chunk is a step whose next_n query rows are each request's last next_n tokens.
+TEST(DsaPipeline, PrefillChunkEqualsItsParts) {
+  DsaProblemShape shape = small_shape(kSpecNvfp4Fp8Rope, 21);
+  shape.next_n = 16;
+  shape.context_lens = {16, 40, 300};
+  const DsaProblem p = dsa_problem(shape);
+  std::vector<uint8_t> latent_parts = p.latent, index_parts = p.index;
+  const HostOutputs want = run_parts(p, latent_parts, index_parts);
+  std::vector<uint8_t> latent = p.latent, index = p.index;
+  HostOutputs got(p.rows(), p.shape.heads, p.shape.k);
+  dsa_decode_reference(p.args(latent.data(), index.data()), 32, got.outputs());
+  EXPECT_TRUE(got == want);
+  // Row i of request b attends min(k, context - 16 + i + 1) positions: all of them, at most k.
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(got.length[static_cast<size_t>(16 + i)], std::min(64, 40 - 16 + i + 1));
+}
+
 TEST(DsaPipeline, StepWritesOnlyTheNewTokensAndTheyAreAttended) {
   const DsaProblem p = dsa_problem(small_shape(kSpecFp8, 9));
   std::vector<uint8_t> latent = p.latent, index = p.index;
