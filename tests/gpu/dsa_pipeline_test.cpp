@@ -7,7 +7,8 @@
 //   - out and lse within the decode kernels' bounds (support/output_compare.h, the reference on
 //     the kernel's operands for the selected records);
 //   - device-side errors counted (not thrown), a CUDA-graph replay gives the same result, and
-//     host-visible errors throw before anything runs.
+//     host-visible errors throw before anything runs;
+//   - the eval's pipeline section on the GPU agrees with its CPU run.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +21,10 @@
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/dsa_pipeline.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/eval/evaluation.h"
 #include "support/attention_oracle.h"
 #include "support/dsa_problem.h"
+#include "support/eval_small.h"
 #include "support/output_compare.h"
 #include "support/record_specs.h"
 
@@ -269,4 +272,41 @@ TEST(DsaPipelineGpu, HostErrorsThrowBeforeLaunch) {
   EXPECT_THROW(cuda::dsa_decode(bad, plan, ws.get(), ws.size(), d.outputs(), d.errors.get(), nullptr), Error);
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_EQ(d.length.download()[0], 0x7F7F7F7F);  // nothing ran
+}
+
+// The eval's pipeline section on the GPU (cuda::dsa_decode) against the CPU (the reference): the
+// same needle grids, masses within the kernels' rounding, selections sharing almost every entry,
+// and the GPU selection equal to the exact top-k of the GPU's own logits.
+TEST(GpuEvaluation, PipelineSectionAgreesWithCpu) {
+  NVFP4MLA_REQUIRE_GPU();
+  eval::EvalOptions o = nvfp4mla::testing::small_eval_options();
+  o.latent = o.attention.enabled = o.sweep.enabled = o.needle.enabled = false;
+  o.device = eval::Device::cpu;
+  const eval::EvalReport cpu = eval::run_evaluation(o);
+  o.device = eval::Device::cuda;
+  const eval::EvalReport gpu = eval::run_evaluation(o);
+  EXPECT_EQ(gpu.pipeline_note.rfind("cuda:", 0), 0u) << gpu.pipeline_note;
+  ASSERT_EQ(cpu.modes.size(), gpu.modes.size());
+  for (size_t m = 0; m < cpu.modes.size(); ++m) {
+    SCOPED_TRACE(cpu.modes[m].mode.key);
+    for (auto grid : {&eval::ModeResult::pipeline, &eval::ModeResult::verifier}) {
+      const eval::PipelineGrid &c = cpu.modes[m].*grid, &g = gpu.modes[m].*grid;
+      ASSERT_EQ(c.cells.size(), g.cells.size());
+      EXPECT_EQ(c.route, g.route);
+      for (size_t i = 0; i < c.cells.size(); ++i) {
+        EXPECT_EQ(g.cells[i].selected, c.cells[i].selected) << "cell " << i;
+        EXPECT_EQ(g.cells[i].top, c.cells[i].top) << "cell " << i;
+        EXPECT_NEAR(g.cells[i].mass_ratio, c.cells[i].mass_ratio, 1e-3 + 0.01 * c.cells[i].mass_ratio) << "cell " << i;
+      }
+    }
+  }
+  ASSERT_EQ(cpu.selection.size(), gpu.selection.size());
+  for (size_t i = 0; i < cpu.selection.size(); ++i) {
+    const eval::SelectionStats &c = cpu.selection[i], &g = gpu.selection[i];
+    for (int q = 0; q < 4; ++q) EXPECT_NEAR(g.share[q], c.share[q], 0.01);
+    EXPECT_NEAR(g.exact_overlap, c.exact_overlap, 0.01);
+    EXPECT_LT(c.same_logits_overlap, 0.0);  // not measured on the CPU
+    EXPECT_DOUBLE_EQ(g.same_logits_overlap, 1.0);  // the GPU selector is exact on its own logits
+    EXPECT_EQ(g.same_logits_newest_shift, 0.0);
+  }
 }
