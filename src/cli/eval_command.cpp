@@ -173,7 +173,8 @@ void add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval",
                                  "Quality evaluation of every record format and scale mode on the embedded synthetic "
                                  "GLM-5.2-like workload or your own dump: capacity, latent error, group-scale health, attention "
-                                 "error and KL divergence, magnitude sweep, needle retention");
+                                 "error and KL divergence, magnitude sweep, needle retention, and the whole DSA pipeline (indexer, "
+                                 "exact top-k, sparse attention) with needles to 1M tokens and its selection distribution");
   cmd->add_option("--seed", flags->options.seed, "Workload seed (deterministic)")->capture_default_str();
   cmd->add_option("--tokens-per-layer", flags->options.tokens_per_layer, "Evaluation tokens per layer")
       ->capture_default_str();
