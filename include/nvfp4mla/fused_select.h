@@ -116,6 +116,11 @@ TopkArgs fused_fold_args(const FusedSelectRaggedArgs& args, const FusedSelectPla
 void validate_fused_select_args(const FusedSelectArgs& args, const TopkOutputs& out);
 void validate_fused_select_args(const FusedSelectRaggedArgs& args, const TopkOutputs& out);
 
+// The metadata checks of the paged CPU reference (host memory): context lengths in
+// 0..max_context, and the block table entries each context needs (validate_indexer_metadata).
+// Throws Error naming the request and the argument.
+void validate_fused_select_metadata(const FusedSelectArgs& args);
+
 // CPU reference: the same chunked composition on the host (indexer_logits_reference on each
 // chunk, topk_reference on the chunk and on the fold), for `chunk` as plan_fused_select takes
 // it. Host pointers. Validates everything (context_lens <= max_context, the block table) first

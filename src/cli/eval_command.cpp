@@ -83,7 +83,7 @@ struct EvalFlags {
   std::string plot_dir;
   std::string device = "auto";
   std::string sections;  // empty: every section
-  std::string needle_layers, needle_lengths, needle_depths, modes;
+  std::string needle_layers, needle_lengths, needle_depths, modes, pipeline_lengths;
   bool no_progress = false;
 };
 
@@ -133,14 +133,15 @@ double parse_number(const std::string& s, const std::string& what) {
 void apply_flags(EvalFlags& f) {
   eval::EvalOptions& o = f.options;
   o.device = eval::parse_device(f.device);
-  o.latent = o.attention.enabled = o.sweep.enabled = o.needle.enabled = false;
-  const std::string sections = f.sections.empty() ? "latent,attention,sweep,needle" : f.sections;
+  o.latent = o.attention.enabled = o.sweep.enabled = o.needle.enabled = o.pipeline.enabled = false;
+  const std::string sections = f.sections.empty() ? "latent,attention,sweep,needle,pipeline" : f.sections;
   for (const std::string& s : split_list(sections)) {
     if (s == "latent") o.latent = true;
     else if (s == "attention") o.attention.enabled = true;
     else if (s == "sweep") o.sweep.enabled = true;
     else if (s == "needle") o.needle.enabled = true;
-    else throw Error("unknown section '" + s + "' in --sections: use latent, attention, sweep, needle");
+    else if (s == "pipeline") o.pipeline.enabled = true;
+    else throw Error("unknown section '" + s + "' in --sections: use latent, attention, sweep, needle, pipeline");
   }
   o.modes = split_list(f.modes);
   if (!f.needle_layers.empty()) {
@@ -155,6 +156,10 @@ void apply_flags(EvalFlags& f) {
     o.needle.lengths.clear();
     for (const std::string& s : split_list(f.needle_lengths)) o.needle.lengths.push_back(parse_length(s));
   }
+  if (!f.pipeline_lengths.empty()) {
+    o.pipeline.lengths.clear();
+    for (const std::string& s : split_list(f.pipeline_lengths)) o.pipeline.lengths.push_back(parse_length(s));
+  }
   if (!f.needle_depths.empty()) {
     o.needle.depths.clear();
     for (const std::string& s : split_list(f.needle_depths)) o.needle.depths.push_back(parse_number(s, "needle depth") / 100.0);
@@ -168,7 +173,8 @@ void add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval",
                                  "Quality evaluation of every record format and scale mode on the embedded synthetic "
                                  "GLM-5.2-like workload or your own dump: capacity, latent error, group-scale health, attention "
-                                 "error and KL divergence, magnitude sweep, needle retention");
+                                 "error and KL divergence, magnitude sweep, needle retention, and the whole DSA pipeline (indexer, "
+                                 "exact top-k, sparse attention) with needles to 1M tokens and its selection distribution");
   cmd->add_option("--seed", flags->options.seed, "Workload seed (deterministic)")->capture_default_str();
   cmd->add_option("--tokens-per-layer", flags->options.tokens_per_layer, "Evaluation tokens per layer")
       ->capture_default_str();
@@ -183,11 +189,13 @@ void add_eval_command(CLI::App& app) {
                   "nvfp4_368_implicit, nvfp4_368_static, nvfp4_368_dynamic (default: all); the bf16_1152 reference is "
                   "always included");
   cmd->add_option("--sections", flags->sections,
-                  "Which parts to run: latent,attention,sweep,needle (default: all)");
+                  "Which parts to run: latent,attention,sweep,needle,pipeline (default: all)");
   cmd->add_option("--dump", flags->options.dump,
                   "Evaluate your own activations instead of the synthetic model: a safetensors file with "
                   "layers.<i>.kv_c [tokens, 512], layers.<i>.k_pe [tokens, 64] and optional layers.<i>.q "
-                  "[rows, heads, 576] (BF16, F16 or F32); the first half of the tokens calibrates the static mode, "
+                  "[rows, heads, 576] (BF16, F16 or F32), and optional DSA indexer tensors layers.<i>.index_k "
+                  "[tokens, 128], layers.<i>.index_q [rows, heads, 128], layers.<i>.index_w [rows, heads] for the "
+                  "pipeline section's selection report; the first half of the tokens calibrates the static mode, "
                   "the second half is evaluated (the sweep scales tokens of its middle layer, the needle contexts are "
                   "drawn from its tokens)")
       ->check(CLI::ExistingFile);
@@ -202,7 +210,27 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--needle-layers", flags->needle_layers,
                   "Needle: layers, comma-separated (default: first, quartiles, last: 0,19,39,58,77)");
   cmd->add_option("--needle-lengths", flags->needle_lengths, "Needle: context lengths, e.g. 4k,16k,64k (default)");
-  cmd->add_option("--needle-depths", flags->needle_depths, "Needle: depths in percent, e.g. 0,50,100 (default 0,10,..,100)");
+  cmd->add_option("--needle-depths", flags->needle_depths,
+                  "Needle and pipeline grids: depths in percent, e.g. 0,50,100 (default 0,10,..,100)");
+  cmd->add_option("--pipeline-lengths", flags->pipeline_lengths,
+                  "DSA pipeline: context lengths, e.g. 16k,64k (default: 16k,64k,128k,256k,350000,475000,1M on CUDA; "
+                  "16k,64k on the CPU)");
+  auto& pw = flags->options.pipeline.workload;
+  cmd->add_option("--pipeline-topk", flags->options.pipeline.topk, "DSA pipeline: tokens the indexer selects per row")
+      ->capture_default_str();
+  cmd->add_option("--verifier-width", flags->options.pipeline.verifier_width,
+                  "DSA pipeline: query rows per request of the MTP verifier grid (0 or 1: none; on the CPU only for "
+                  "contexts up to 16k)")
+      ->capture_default_str();
+  cmd->add_option("--pipeline-layer", pw.layer, "DSA pipeline: the synthetic layer whose latents it uses (-1: the middle one)")
+      ->capture_default_str();
+  cmd->add_option("--pipeline-heads", pw.heads, "DSA pipeline: attention heads per query row")->capture_default_str();
+  cmd->add_option("--index-heads", pw.index_heads, "DSA pipeline: indexer heads (1..64)")->capture_default_str();
+  cmd->add_option("--index-margin", pw.index_margin,
+                  "DSA pipeline: the needle's indexer lift over the bulk, in standard deviations (before recency)")
+      ->capture_default_str();
+  cmd->add_option("--index-recency", pw.recency, "DSA pipeline: the indexer's lift of the newest token over old ones")
+      ->capture_default_str();
   cmd->add_option("--device", flags->device, "Where attention runs: cpu, cuda or auto (auto uses CUDA when available)")
       ->capture_default_str();
   cmd->add_option("--json", flags->json_path, "Write the full report (every number, per layer) as JSON");

@@ -19,6 +19,10 @@ inline eval::EvalOptions small_eval_options() {
   o.needle.layers = {0, 5};
   o.needle.lengths = {256, 512};
   o.needle.depths = {0.0, 0.5, 1.0};
+  o.pipeline.lengths = {1024, 3000};
+  o.pipeline.topk = 128;
+  o.pipeline.workload.index_heads = 8;
+  o.pipeline.workload.heads = 2;
   o.threads = 2;
   return o;
 }

@@ -248,7 +248,7 @@ TEST(EvalPlot, WritesValidPngFigures) {
     GTEST_SKIP() << "built without cairo";
   }
   const auto files = write_plots(r, dir / "figs");  // the folder is created
-  ASSERT_EQ(files.size(), 2 + r.needle_layers.size());
+  ASSERT_EQ(files.size(), 4 + r.needle_layers.size());  // + the pipeline's needles and selection
   for (const auto& f : files) {
     const PngInfo info = check_png(f);
     EXPECT_GE(info.width, 400u) << f;
@@ -259,6 +259,8 @@ TEST(EvalPlot, WritesValidPngFigures) {
   }
   EXPECT_TRUE(std::filesystem::exists(dir / "figs" / "error_vs_magnitude.png"));
   EXPECT_TRUE(std::filesystem::exists(dir / "figs" / "per_layer_error.png"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "figs" / "pipeline_needles.png"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "figs" / "selection_quarters.png"));
   EXPECT_TRUE(std::filesystem::exists(dir / "figs" / ("needle_layer" + std::to_string(r.needle_layers[0]) + ".png")));
 #if defined(NVFP4MLA_TEST_HAVE_PNG)
   expect_data_drawn(r, dir / "figs");

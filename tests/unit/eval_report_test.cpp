@@ -234,6 +234,7 @@ TEST(EvalCli, AllSectionsTinyRun) {
   const std::string plot = plotting_available() ? " --plot " + (dir / "figs").string() : "";
   ASSERT_EQ(run_cli("eval --tokens-per-layer 8 --calibration-tokens 8 --context 256 --topk 64 --query-rows 1 "
                     "--heads 2 --sweep-tokens 8 --needle-lengths 256 --needle-depths 0,100 --needle-layers 0,77 "
+                    "--pipeline-lengths 512 --pipeline-topk 64 --index-heads 4 "
                     "--modes nvfp4_368_dynamic --no-progress --json " +
                         (dir / "r.json").string() + plot,
                     out),

@@ -10,6 +10,10 @@
 //   needle     a needle whose key aligns with the query, planted at depths 0..100% of contexts
 //              of several lengths among distractors: is it still the top-scoring token, and how
 //              much attention mass does it keep relative to bf16.
+//   pipeline   the whole DSA decode step (dsa_pipeline.h) on the DSA workload (dsa_workload.h):
+//              needles at every depth of contexts to 1M tokens, selected by the indexer's FP8
+//              keys and exact top-k, attended over every record format; the selection's
+//              distribution over the context against an fp32 selection; the DCP4 mapping check.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "nvfp4mla/eval/backend.h"
+#include "nvfp4mla/eval/dsa_workload.h"
 #include "nvfp4mla/eval/metrics.h"
 #include "nvfp4mla/eval/modes.h"
 #include "nvfp4mla/eval/workload.h"
@@ -63,6 +68,22 @@ struct NeedleOptions {
   double rope_logit_std = 0.1;
 };
 
+struct PipelineOptions {
+  bool enabled = true;
+  // Context lengths; empty: kPipelineLengthsGpu on CUDA, kPipelineLengthsCpu on the CPU (the
+  // reference pipeline would take minutes at 1M tokens). Depths are the needle grid's.
+  std::vector<int64_t> lengths;
+  int topk = 2048;
+  // MTP verifier batch: every needle row as a request of this many query rows (1 + speculative
+  // tokens) on the route serving::decide_route picks for the format; 0 or 1: no verifier grid.
+  // On the CPU it runs for contexts up to kPipelineVerifierCpuLength only.
+  int verifier_width = 4;
+  DsaWorkloadOptions workload;
+};
+inline constexpr int64_t kPipelineVerifierCpuLength = 16384;
+inline const std::vector<int64_t> kPipelineLengthsGpu = {16384, 65536, 131072, 262144, 350000, 475000, 1048576};
+inline const std::vector<int64_t> kPipelineLengthsCpu = {16384, 65536};
+
 struct EvalOptions {
   uint64_t seed = kDefaultSeed;
   // A user's activation dump as the workload instead of the synthetic model (eval/dump.h);
@@ -77,6 +98,7 @@ struct EvalOptions {
   AttentionOptions attention;
   SweepOptions sweep;
   NeedleOptions needle;
+  PipelineOptions pipeline;
   // Which modes to evaluate, by key ("nvfp4_368_dynamic") or label ("nvfp4-368 dynamic"); empty:
   // all. The bf16 reference is always included (everything is measured against it).
   std::vector<std::string> modes;
@@ -100,6 +122,49 @@ struct NeedleGrid {
   int layer = 0;
   std::vector<NeedleCell> cells;
 };
+
+// One pipeline needle cell (a context length and depth, one record format).
+struct PipelineCell {
+  bool selected = false;    // the needle is among the indexer's top-k of its row
+  bool top = false;         // ... and has the highest attention score in every head
+  double mass = 0.0;        // its attention probability, mean over the heads (0 when not selected)
+  double mass_ratio = 0.0;  // mass / bf16 mass (0 when bf16's is 0)
+};
+
+// A pipeline needle grid of one record format: cells[length_index * depths + depth_index].
+struct PipelineGrid {
+  std::vector<PipelineCell> cells;
+  int selected = 0;             // cells whose needle was selected
+  int top = 0;                  // ... and had the top attention weight
+  double min_mass_ratio = 0.0;  // over the cells where bf16 selected the needle
+  std::string route;            // the attention route (verifier grid: decode or extend, and why)
+};
+
+// The selection of one context length (the same for every record format: the indexer reads its
+// own key cache), means over the query rows.
+struct SelectionStats {
+  int64_t length = 0;
+  double share[4] = {};        // of the top-k budget per quarter of the context, oldest first
+  double exact_share[4] = {};  // the same for the fp32 selection (BF16 keys, fp32 queries, exact top-k)
+  double newest_shift = 0.0;   // share[3] - exact_share[3]
+  double exact_overlap = 0.0;  // |selection & fp32 selection| / |fp32 selection|
+  // The GPU selection against topk_reference over the same (materialized GPU) logits: the
+  // seed's measure of a top-k kernel's shift. Negative when not measured (CPU: the reference is
+  // that top-k).
+  double same_logits_overlap = -1.0;
+  double same_logits_newest_shift = 0.0;
+};
+
+// The DCP mapping check: token i on rank (i / interleave) % ranks at local position
+// (i / (interleave ranks)) interleave + i % interleave; bijective when every position maps back
+// to itself and each rank's local positions are exactly 0..count-1.
+struct DcpMappingCheck {
+  int64_t positions = 0;
+  int ranks = 0;
+  int interleave = 0;
+  bool bijective = false;
+};
+DcpMappingCheck check_dcp_mapping(int64_t positions, int ranks, int interleave);
 
 struct ModeResult {
   EvalMode mode;
@@ -130,6 +195,10 @@ struct ModeResult {
   int needles_lost_where_reference_kept = 0;
   double needle_min_mass_ratio = 0.0;
   double needle_mean_mass_ratio = 0.0;
+  // The pipeline's needle grid (one query row per needle), and the same needles through an MTP
+  // verifier batch (a cell counts as selected or top when every verifier row of it is).
+  PipelineGrid pipeline;
+  PipelineGrid verifier;
 };
 
 struct EvalReport {
@@ -156,6 +225,12 @@ struct EvalReport {
   std::vector<bool> needle_with_replacement;  // per length: drawn from the dump with replacement
   std::vector<int64_t> needle_lengths;
   std::vector<double> needle_depths;
+  std::vector<int64_t> pipeline_lengths;
+  std::vector<double> pipeline_depths;
+  std::vector<int64_t> verifier_lengths;  // the contexts the verifier grid ran for
+  std::string pipeline_note;             // where it ran, which contexts and why
+  std::vector<SelectionStats> selection;  // per pipeline length
+  std::vector<DcpMappingCheck> dcp;
   double seconds = 0.0;
 };
 

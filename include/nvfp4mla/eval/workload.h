@@ -40,6 +40,9 @@ enum class Sample : uint64_t {
   needle = 5,
   queries = 6,
   needle_context = 7,  // draws of a dump's tokens for needle contexts longer than it
+  dsa_tokens = 8,      // the DSA workload (dsa_workload.h): ordinary tokens, per position
+  dsa_needle = 9,      // its needles, per query row
+  dsa_query = 10,      // its query rows
 };
 
 // BF16 bits of a finite fp32 value, round to nearest even (branch-free; equals

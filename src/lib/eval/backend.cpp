@@ -16,6 +16,7 @@
 #include "nvfp4mla/cuda/sparse_scores.h"
 #include "nvfp4mla/decode_plan.h"
 #endif
+#include "device_bytes.h"
 
 namespace nvfp4mla::eval {
 
@@ -63,33 +64,8 @@ ResolvedDevice resolve_device(Device requested) {
 namespace {
 
 #if defined(NVFP4MLA_WITH_CUDA)
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("sparse attention on CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-
-// One device allocation, optionally filled from the host on `stream`.
-class DeviceBytes {
- public:
-  explicit DeviceBytes(size_t n) : n_(n) {
-    if (n) cuda_ok(cudaMalloc(&p_, n), "cudaMalloc");
-  }
-  DeviceBytes(const void* host, size_t n, cudaStream_t stream) : DeviceBytes(host ? n : 0) {
-    if (n_) cuda_ok(cudaMemcpyAsync(p_, host, n_, cudaMemcpyHostToDevice, stream), "copy to the GPU");
-  }
-  ~DeviceBytes() {
-    if (p_) cudaFree(p_);
-  }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  template <class T> T* as() const { return static_cast<T*>(p_); }
-  void download(void* host, cudaStream_t stream) const {
-    if (n_) cuda_ok(cudaMemcpyAsync(host, p_, n_, cudaMemcpyDeviceToHost, stream), "copy from the GPU");
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
+using detail::cuda_ok;
+using detail::DeviceBytes;
 
 // out and lse from the split-KV sparse decode, scores from the scores kernel; both read the
 // same device copy of the records. Each host thread uses its own stream.

@@ -6,6 +6,7 @@
 
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/index_key.h"
 #include "nvfp4mla/layer_tensors.h"
 #include "nvfp4mla/safetensors.h"
 
@@ -13,16 +14,24 @@ namespace nvfp4mla::eval {
 
 namespace {
 
-// The tensor's values as BF16 bits (exact for BF16, round to nearest even otherwise); every value
-// must be finite.
-std::vector<uint16_t> bf16_values(const Tensor& t, const std::string& name, const std::string& origin) {
-  const std::vector<float> f = to_f32(t, name, origin);
-  std::vector<uint16_t> out(f.size());
+// The tensor's values as fp32; every value must be finite.
+std::vector<float> finite_values(const Tensor& t, const std::string& name, const std::string& origin) {
+  std::vector<float> f = to_f32(t, name, origin);
   const int64_t row = t.shape.empty() ? 1 : t.numel() / std::max<int64_t>(1, t.shape[0]);
-  for (size_t i = 0; i < f.size(); ++i) {
+  for (size_t i = 0; i < f.size(); ++i)
     if (!std::isfinite(f[i]))
       throw Error(origin + ": tensor '" + name + "' holds a non-finite value at row " + std::to_string(static_cast<int64_t>(i) / row) +
                   "; the evaluation needs finite activations");
+  return f;
+}
+
+// The tensor's values as BF16 bits (exact for BF16, round to nearest even otherwise); every value
+// must be finite.
+std::vector<uint16_t> bf16_values(const Tensor& t, const std::string& name, const std::string& origin) {
+  const std::vector<float> f = finite_values(t, name, origin);
+  std::vector<uint16_t> out(f.size());
+  const int64_t row = t.shape.empty() ? 1 : t.numel() / std::max<int64_t>(1, t.shape[0]);
+  for (size_t i = 0; i < f.size(); ++i) {
     out[i] = bf16_bits_finite(f[i]);
     if (!std::isfinite(codec::bf16_decode(out[i])))
       throw Error(origin + ": tensor '" + name + "' holds a value beyond the BF16 range at row " +
@@ -64,6 +73,29 @@ void measure_shape(DumpLayer& l) {
   l.rope_rms = r2 > 0.0 ? std::sqrt(r2 / static_cast<double>(b.k_pe.size())) : 1.0;
 }
 
+// The layer's indexer keys, queries and weights (all three required once any is in the dump).
+void read_index_tensors(const TensorMap& m, int l, int64_t tokens, const std::string& origin, DumpLayer& layer) {
+  const std::string k_name = layer_tensor_name(l, "index_k"), q_name = layer_tensor_name(l, "index_q"),
+                    w_name = layer_tensor_name(l, "index_w");
+  for (const std::string& name : {k_name, q_name, w_name})
+    if (!m.count(name))
+      throw Error(origin + ": tensor '" + name + "' is missing; the dump has DSA indexer tensors, and every layer needs all "
+                  "three: layers.<i>.index_k [tokens, 128], layers.<i>.index_q [rows, heads, 128], layers.<i>.index_w "
+                  "[rows, heads]");
+  const std::initializer_list<DType> types = {DType::BF16, DType::F16, DType::F32};
+  const Tensor& k = require_tensor(m, k_name, origin, types, {tokens, index_key::kDim});
+  const Tensor& q = require_tensor(m, q_name, origin, types, {kAnyExtent, kAnyExtent, index_key::kDim});
+  if (q.shape[0] < 1 || q.shape[1] < 1 || q.shape[1] > 64)
+    throw Error(origin + ": tensor '" + q_name + "' has shape " + q.shape_string() +
+                "; it needs at least one row and 1..64 heads");
+  const Tensor& w = require_tensor(m, w_name, origin, types, {q.shape[0], q.shape[1]});
+  layer.index_k = bf16_values(k, k_name, origin);
+  layer.index_q = finite_values(q, q_name, origin);
+  layer.index_w = finite_values(w, w_name, origin);
+  layer.index_rows = static_cast<int>(q.shape[0]);
+  layer.index_heads = static_cast<int>(q.shape[1]);
+}
+
 }  // namespace
 
 std::string DumpWorkload::describe() const {
@@ -86,6 +118,9 @@ DumpWorkload read_dump(const std::filesystem::path& path) {
   d.path = path;
   const bool any_q = std::any_of(m.begin(), m.end(), [](const auto& e) {
     return e.first.rfind("layers.", 0) == 0 && e.first.size() > 2 && e.first.compare(e.first.size() - 2, 2, ".q") == 0;
+  });
+  d.has_index = std::any_of(m.begin(), m.end(), [](const auto& e) {
+    return e.first.rfind("layers.", 0) == 0 && e.first.find(".index_") != std::string::npos;
   });
   if (any_q) {
     const std::vector<std::string> queries = layer_tensor_names(m, "q", origin);
@@ -127,6 +162,7 @@ DumpWorkload read_dump(const std::filesystem::path& path) {
       layer.q_rows = static_cast<int>(q.shape[0]);
       layer.q_heads = static_cast<int>(q.shape[1]);
     }
+    if (d.has_index) read_index_tensors(m, l, d.tokens, origin, layer);
     d.layers.push_back(std::move(layer));
   }
   return d;

@@ -51,6 +51,19 @@ void validate(const EvalOptions& o, int layers) {
     require(n.distractor_min > 0.0 && n.distractor_min <= n.distractor_max && n.distractor_max < 1.0,
             "hard distractor logit fractions must satisfy 0 < min <= max < 1");
   }
+  const PipelineOptions& p = o.pipeline;
+  if (p.enabled) {
+    require(!n.depths.empty(), "--needle-depths must not be empty (the pipeline grid uses them)");
+    for (double d : n.depths) require(d >= 0.0 && d <= 1.0, "needle depths must be within 0..100%");
+    require(p.topk >= 1 && p.topk <= 4096, "--pipeline-topk must be in [1, 4096], got " + std::to_string(p.topk));
+    for (int64_t len : p.lengths)
+      require(len >= static_cast<int64_t>(n.depths.size()) && len <= (int64_t{1} << 24),
+              "pipeline context lengths must be in [number of depths, 16777216], got " + std::to_string(len));
+    require(p.workload.layer < layers, "--pipeline-layer " + std::to_string(p.workload.layer) + " is not a layer of the workload");
+    require(p.workload.index_heads >= 1 && p.workload.index_heads <= 64, "--index-heads must be in [1, 64]");
+    require(p.workload.heads >= 1, "--pipeline-heads must be at least 1");
+    require(p.verifier_width >= 0 && p.verifier_width <= 16, "--verifier-width must be in [0, 16]");
+  }
 }
 
 // Per mode: how many needles stay on top, how many are lost where bf16 keeps them, and the
@@ -289,6 +302,9 @@ EvalReport run_evaluation(const EvalOptions& requested, const ProgressFn& progre
     for (const auto& grids : per_layer)
       for (size_t m = 0; m < grids.size(); ++m) report.modes[m].needle.push_back(grids[m]);
   }
+
+  if (options.pipeline.enabled)
+    detail::run_pipeline_stage(workload, dump.get(), options, configs, device.device, report, progress, threads);
 
   for (ModeResult& r : report.modes) {
     r.latent_relative_error_summary = summarize(r.latent_relative_error);

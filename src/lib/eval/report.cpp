@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "nvfp4mla/eval/evaluation.h"
 
@@ -188,6 +190,114 @@ void append_needle_text(const EvalReport& r, std::string& s) {
          ": every mode keeps every needle (the attention mass it keeps is in the JSON and the figures)\n";
 }
 
+void append_pipeline_grid(const EvalReport& r, std::string& s);
+
+// Named [length][depth] arrays of a grid's cells, one per field, appended to `out`.
+template <class Cell>
+void cell_arrays(ojson& out, const std::vector<Cell>& cells, size_t lengths, size_t depths,
+                 const std::vector<std::pair<const char*, std::function<ojson(const Cell&)>>>& fields) {
+  for (const auto& [name, field] : fields) {
+    ojson rows = ojson::array();
+    for (size_t li = 0; li < lengths; ++li) {
+      ojson row = ojson::array();
+      for (size_t di = 0; di < depths; ++di) row.push_back(field(cells[li * depths + di]));
+      rows.push_back(row);
+    }
+    out[name] = rows;
+  }
+}
+
+// A pipeline grid as JSON: per length, per depth.
+ojson grid_json(const PipelineGrid& g, const std::vector<int64_t>& lengths, size_t depths) {
+  ojson out{{"lengths", lengths}, {"route", g.route.empty() ? ojson(nullptr) : ojson(g.route)},
+            {"selected_total", g.selected}, {"top_total", g.top}, {"min_mass_ratio", g.min_mass_ratio}};
+  cell_arrays<PipelineCell>(out, g.cells, lengths.size(), depths,
+                            {{"selected", [](const PipelineCell& c) { return ojson(c.selected); }},
+                             {"top", [](const PipelineCell& c) { return ojson(c.top); }},
+                             {"mass", [](const PipelineCell& c) { return ojson(c.mass); }},
+                             {"mass_ratio", [](const PipelineCell& c) { return ojson(c.mass_ratio); }}});
+  return out;
+}
+void append_selection_text(const EvalReport& r, std::string& s);
+
+void append_pipeline_text(const EvalReport& r, std::string& s) {
+  if (r.pipeline_note.empty() || r.modes.empty()) return;
+  const PipelineOptions& o = r.options.pipeline;
+  s += "\nDSA pipeline: index keys (FP8) -> indexer logits -> exact top-" + std::to_string(o.topk) +
+       " -> sparse attention over the records, every format\n";
+  s += wrapped(r.pipeline_note, "  ");
+  if (!r.pipeline_lengths.empty()) append_pipeline_grid(r, s);
+  if (!r.selection.empty()) append_selection_text(r, s);
+  for (const DcpMappingCheck& d : r.dcp)
+    s += printf_string("  DCP%d mapping (interleave %d): global <-> (rank, local) %s through %s positions\n", d.ranks, d.interleave,
+                       d.bijective ? "bijective" : "NOT bijective", grouped(d.positions).c_str());
+}
+
+// One pipeline grid per mode (`grid` picks it) over `lengths`.
+void append_grid(const EvalReport& r, const std::vector<int64_t>& lengths, PipelineGrid ModeResult::*grid, std::string& s) {
+  const size_t depths = r.pipeline_depths.size();
+  s += printf_string("  %-20s %10s %10s %11s\n", "format / scale", "selected", "top", "mass ratio");
+  s += printf_string("  %-20s %10s %10s %11s\n", "", "", "weight", "min");
+  for (const ModeResult& m : r.modes) {
+    const PipelineGrid& g = m.*grid;
+    const std::string cells = "/" + std::to_string(g.cells.size());
+    s += printf_string("  %-20s %10s %10s %11s\n", m.mode.label.c_str(), (std::to_string(g.selected) + cells).c_str(),
+                       (std::to_string(g.top) + cells).c_str(), sig3(g.min_mass_ratio).c_str());
+  }
+  s += printf_string("    %-20s", "");
+  for (int64_t len : lengths) s += printf_string(" %*s", static_cast<int>(std::max<size_t>(depths, 9)), grouped(len).c_str());
+  s += "\n";
+  for (const ModeResult& m : r.modes) {
+    s += printf_string("    %-20s", m.mode.label.c_str());
+    for (size_t li = 0; li < lengths.size(); ++li) {
+      std::string row;
+      for (size_t di = 0; di < depths; ++di) {
+        const PipelineCell& c = (m.*grid).cells[li * depths + di];
+        row += c.top ? '#' : c.selected ? '+' : '.';
+      }
+      s += printf_string(" %*s", static_cast<int>(std::max<size_t>(depths, 9)), row.c_str());
+    }
+    s += "\n";
+  }
+}
+
+void append_pipeline_grid(const EvalReport& r, std::string& s) {
+  const PipelineOptions& o = r.options.pipeline;
+  std::string lengths;
+  for (int64_t l : r.pipeline_lengths) lengths += (lengths.empty() ? "" : ", ") + grouped(l);
+  s += printf_string("  contexts %s; %zu depths; one query row per depth, %d heads; indexer %d heads, margin %g, recency %g\n",
+                     lengths.c_str(), r.pipeline_depths.size(), o.workload.heads, o.workload.index_heads,
+                     o.workload.index_margin, o.workload.recency);
+  s += "  Grids: one character per depth, per context: '#' selected and the top attention weight in every head, '+'\n"
+       "  selected but not on top, '.' not selected by the indexer.\n";
+  append_grid(r, r.pipeline_lengths, &ModeResult::pipeline, s);
+  if (r.verifier_lengths.empty()) return;
+  s += printf_string("\n  MTP verifier batch: each needle row as a request of %d query rows (the needle within every row's\n"
+                     "  context); a cell counts when every row of it does. Routes (serving::decide_route, auto mode):\n",
+                     o.verifier_width);
+  for (const ModeResult& m : r.modes) s += wrapped(m.mode.label + ": " + m.verifier.route, "    ");
+  append_grid(r, r.verifier_lengths, &ModeResult::verifier, s);
+}
+
+void append_selection_text(const EvalReport& r, std::string& s) {
+  const PipelineOptions& o = r.options.pipeline;
+  s += "\nSelection distribution: share of the top-" + std::to_string(o.topk) +
+       " budget per quarter of the context (oldest first), mean over the rows;\n"
+       "  fp32: the exact top-k of fp32 logits from BF16 keys and fp32 queries; overlap: shared entries / k\n";
+  s += printf_string("  %12s %27s %27s %9s %8s %11s\n", "context", "pipeline (FP8 keys)", "fp32 selection", "newest", "overlap",
+                     "same logits");
+  for (const SelectionStats& st : r.selection) {
+    auto quarters = [](const double* q) {
+      return printf_string("%5.1f %5.1f %5.1f %5.1f%%", 100 * q[0], 100 * q[1], 100 * q[2], 100 * q[3]);
+    };
+    const std::string same = st.same_logits_overlap < 0 ? "-" : printf_string("%.4f", st.same_logits_overlap);
+    s += printf_string("  %12s %27s %27s %+8.2f%% %8.4f %11s\n", grouped(st.length).c_str(), quarters(st.share).c_str(),
+                       quarters(st.exact_share).c_str(), 100 * st.newest_shift, st.exact_overlap, same.c_str());
+  }
+  s += "  newest: pipeline minus fp32 share of the newest quarter; same logits: overlap with the exact top-k of the\n"
+       "  GPU's own logits (1 = the selector is exact; '-' on the CPU, whose selector is that top-k)\n";
+}
+
 }  // namespace
 
 std::string report_to_json(const EvalReport& r) {
@@ -233,6 +343,34 @@ std::string report_to_json(const EvalReport& r) {
                                      {"dump_pool_tokens", or_null(r.needle_pool_tokens)},
                                      {"with_replacement", or_null(r.needle_with_replacement)}}
                              : ojson(nullptr);
+  const PipelineOptions& po = r.options.pipeline;
+  if (!r.pipeline_note.empty()) {
+    ojson sel = ojson::array(), dcp = ojson::array();
+    for (const SelectionStats& st : r.selection)
+      sel.push_back(ojson{{"length", st.length},
+                          {"share", std::vector<double>(st.share, st.share + 4)},
+                          {"exact_share", std::vector<double>(st.exact_share, st.exact_share + 4)},
+                          {"newest_shift", st.newest_shift},
+                          {"exact_overlap", st.exact_overlap},
+                          {"same_logits_overlap", st.same_logits_overlap < 0 ? ojson(nullptr) : ojson(st.same_logits_overlap)},
+                          {"same_logits_newest_shift", st.same_logits_overlap < 0 ? ojson(nullptr) : ojson(st.same_logits_newest_shift)}});
+    for (const DcpMappingCheck& d : r.dcp)
+      dcp.push_back(ojson{{"positions", d.positions}, {"ranks", d.ranks}, {"interleave", d.interleave}, {"bijective", d.bijective}});
+    const DsaWorkloadOptions& w = po.workload;
+    doc["pipeline"] = ojson{{"note", r.pipeline_note},
+                            {"lengths", r.pipeline_lengths},
+                            {"depths", r.pipeline_depths},
+                            {"topk", po.topk},
+                            {"verifier_width", po.verifier_width},
+                            {"verifier_lengths", r.verifier_lengths},
+                            {"workload", ojson{{"layer", w.layer}, {"heads", w.heads}, {"index_heads", w.index_heads},
+                                               {"needle_logit", w.needle_logit}, {"index_margin", w.index_margin},
+                                               {"index_noise", w.index_noise}, {"recency", w.recency}}},
+                            {"selection", sel},
+                            {"dcp", dcp}};
+  } else {
+    doc["pipeline"] = nullptr;
+  }
   doc["capacity"] = ojson{
       {"definition", "tokens = floor(cache_bytes / (record_bytes * num_layers)): one record per token in every "
                      "layer of the stack; GB = 1e9 bytes; the DSA indexer keys are not included"},
@@ -246,7 +384,11 @@ std::string report_to_json(const EvalReport& r) {
       {"attention_kld", "mean over query rows x heads of KL(P_bf16 || P) in nats over the selected tokens, per layer"},
       {"sweep_relative_error", "latent relative error at each sweep magnitude (RMS of the latent values)"},
       {"needle", "kept: the needle is the single top-scoring token; mass: its attention probability; "
-                 "mass_ratio: mass / bf16 mass; margin: needle logit minus the best other (nats)"}};
+                 "mass_ratio: mass / bf16 mass; margin: needle logit minus the best other (nats)"},
+      {"pipeline", "selected: the needle is in its row's indexer top-k (FP8 key cache, exact top-k); top: it has the "
+                   "highest attention score over the selected records in every head; mass: its attention probability, "
+                   "mean over heads; selection.share: top-k budget per context quarter, oldest first; exact_share: the "
+                   "same for the exact top-k of fp32 logits from BF16 keys and fp32 queries"}};
   ojson modes = ojson::array();
   for (const ModeResult& m : r.modes) {
     ojson j;
@@ -281,22 +423,13 @@ std::string report_to_json(const EvalReport& r) {
       ojson grids = ojson::array();
       const size_t depths = r.needle_depths.size();
       for (const NeedleGrid& g : m.needle) {
-        ojson kept = ojson::array(), mass = ojson::array(), ratio = ojson::array(), margin = ojson::array();
-        for (size_t li = 0; li < r.needle_lengths.size(); ++li) {
-          ojson k = ojson::array(), ma = ojson::array(), ra = ojson::array(), mg = ojson::array();
-          for (size_t di = 0; di < depths; ++di) {
-            const NeedleCell& c = g.cells[li * depths + di];
-            k.push_back(c.kept);
-            ma.push_back(c.mass);
-            ra.push_back(c.mass_ratio);
-            mg.push_back(c.margin);
-          }
-          kept.push_back(k);
-          mass.push_back(ma);
-          ratio.push_back(ra);
-          margin.push_back(mg);
-        }
-        grids.push_back(ojson{{"layer", g.layer}, {"kept", kept}, {"mass", mass}, {"mass_ratio", ratio}, {"margin", margin}});
+        ojson grid{{"layer", g.layer}};
+        cell_arrays<NeedleCell>(grid, g.cells, r.needle_lengths.size(), depths,
+                                {{"kept", [](const NeedleCell& c) { return ojson(c.kept); }},
+                                 {"mass", [](const NeedleCell& c) { return ojson(c.mass); }},
+                                 {"mass_ratio", [](const NeedleCell& c) { return ojson(c.mass_ratio); }},
+                                 {"margin", [](const NeedleCell& c) { return ojson(c.margin); }}});
+        grids.push_back(grid);
       }
       j["needle"] = ojson{{"total", m.needles_total},
                           {"kept", m.needles_kept},
@@ -307,6 +440,8 @@ std::string report_to_json(const EvalReport& r) {
     } else {
       j["needle"] = nullptr;
     }
+    j["pipeline"] = m.pipeline.cells.empty() ? ojson(nullptr) : grid_json(m.pipeline, r.pipeline_lengths, r.pipeline_depths.size());
+    j["verifier"] = m.verifier.cells.empty() ? ojson(nullptr) : grid_json(m.verifier, r.verifier_lengths, r.pipeline_depths.size());
     modes.push_back(j);
   }
   doc["modes"] = modes;
@@ -357,6 +492,7 @@ std::string report_to_text(const EvalReport& r) {
   append_attention_text(r, s);
   append_sweep_text(r, s);
   append_needle_text(r, s);
+  append_pipeline_text(r, s);
   line("");
   if (r.options.attention.enabled || r.options.needle.enabled) line("  attention ran on: " + r.device);
   if (!r.calibration_file.empty()) line("  calibration written to " + r.calibration_file.string());

@@ -137,4 +137,11 @@ std::vector<NeedleGrid> run_needle_layer(const NeedleSource& source, int layer, 
                                          const std::vector<FormatConfig>& configs, Device device,
                                          const std::function<void()>& cell_done);
 
+// The DSA pipeline stage (pipeline_eval.cpp): its needle grid into each mode's `pipeline`, the
+// selection statistics and the DCP mapping checks into the report.
+// With a dump: the selection of its index tensors (no needles), or a note that it has none.
+void run_pipeline_stage(const SyntheticWorkload& model, const DumpWorkload* dump, const EvalOptions& options,
+                        const std::vector<FormatConfig>& configs, Device device, EvalReport& report, const ProgressFn& progress,
+                        int threads);
+
 }  // namespace nvfp4mla::eval::detail

@@ -209,9 +209,7 @@ void fused_select_reference(const FusedSelectRaggedArgs& a, int64_t chunk, const
   reference_chain(rows, a.k, plan, logits, score, fused_fold_args(a, plan, nullptr, nullptr), out);
 }
 
-void fused_select_reference(const FusedSelectArgs& a, int64_t chunk, const TopkOutputs& out) {
-  validate_fused_select_args(a, out);
-  const FusedSelectPlan plan = plan_fused_select(a, chunk, 1);
+void validate_fused_select_metadata(const FusedSelectArgs& a) {
   const IndexerPagedArgs& keys = a.keys;
   for (int64_t b = 0; b < keys.requests; ++b)
     if (keys.context_lens[b] < 0 || keys.context_lens[b] > a.max_context)
@@ -220,6 +218,13 @@ void fused_select_reference(const FusedSelectArgs& a, int64_t chunk, const TopkO
   IndexerPagedArgs whole = keys;
   whole.logits_stride = a.max_context;
   validate_indexer_metadata(whole);
+}
+
+void fused_select_reference(const FusedSelectArgs& a, int64_t chunk, const TopkOutputs& out) {
+  validate_fused_select_args(a, out);
+  const FusedSelectPlan plan = plan_fused_select(a, chunk, 1);
+  validate_fused_select_metadata(a);
+  const IndexerPagedArgs& keys = a.keys;
 
   std::vector<float> logits(static_cast<size_t>(keys.rows()) * plan.logits_stride);
   std::vector<int32_t> chunk_context(keys.requests);
