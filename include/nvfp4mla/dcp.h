@@ -27,7 +27,6 @@
 // topk_reference of the undivided row bit for bit (same tie rule: larger value first, then the
 // smaller position).
 #include <cstdint>
-#include <span>
 
 #include "nvfp4mla/sparse_mla.h"
 #include "nvfp4mla/topk.h"
@@ -54,15 +53,16 @@ DcpLocation dcp_locate(const DcpPlacement& p, int64_t global);
 int64_t dcp_global_position(const DcpPlacement& p, int rank, int64_t local);
 // How many of the positions 0..context_length-1 live on `rank`.
 int64_t dcp_local_length(const DcpPlacement& p, int rank, int64_t context_length);
-// The global positions of the local positions 0..out.size()-1 of `rank` (for the per-rank top-k:
-// TopkArgs::positions; strictly increasing).
-void dcp_global_positions(const DcpPlacement& p, int rank, std::span<int32_t> out);
+// out[i] = the global position of local position i of `rank`, i < n (for the per-rank top-k:
+// TopkArgs::positions; strictly increasing). Throws Error naming `out` when the last one
+// exceeds 2^31-1, before writing anything.
+void dcp_global_positions(const DcpPlacement& p, int rank, int32_t* out, int64_t n);
 
-// Writer slots of `rank` from global slots (see above); negative global slots stay -1. Throws
-// Error naming `page_size` unless it is a positive multiple of the interleave, `rank`, or
-// `local_slots` when its size differs from global_slots'.
-void dcp_local_slot_mapping(const DcpPlacement& p, int page_size, int rank, std::span<const int64_t> global_slots,
-                            std::span<int64_t> local_slots);
+// Writer slots of `rank` from n global slots (see above); negative global slots give -1. Throws
+// Error naming `page_size` unless it is a positive multiple of the interleave, `rank`, or `n`
+// when negative.
+void dcp_local_slot_mapping(const DcpPlacement& p, int page_size, int rank, const int64_t* global_slots, int64_t n,
+                            int64_t* local_slots);
 
 // ---- merge of partial attention ----
 

