@@ -327,3 +327,110 @@ TEST(DcpMerge, ToleranceCheckCatchesAWrongMerge) {
   EXPECT_GT(nt::merge_mismatches(p, wrong, wrong_lse, out, lse, false, first), 0);
   EXPECT_NE(first.find("row-head 0"), std::string::npos) << first;
 }
+
+// ---- selection ----
+
+namespace {
+
+// The DCP selection of a problem's rows: each rank takes the top-k_rank of the entries it holds
+// (by the placement; row r has lengths[r] entries) with their global positions, the candidates
+// are gathered [ranks, rows, k_rank] and merged into the global top-k.
+nt::TopkResult dcp_select(const nt::TopkProblem& prob, const DcpPlacement& place, int k_rank, int k) {
+  const int n = place.ranks;
+  std::vector<int32_t> idx(size_t(n) * prob.rows * k_rank), len(size_t(n) * prob.rows);
+  std::vector<float> val(idx.size());
+  for (int r = 0; r < n; ++r) {
+    const int64_t cols = dcp_local_length(place, r, prob.columns);
+    std::vector<float> local(size_t(prob.rows) * std::max<int64_t>(cols, 1));
+    std::vector<int32_t> positions(local.size()), lengths(prob.rows);
+    dcp_global_positions(place, r, positions.data(), cols);
+    for (int i = 0; i < prob.rows; ++i) {
+      for (int64_t c = 0; c < cols; ++c) local[i * cols + c] = prob.values[i * prob.stride + positions[c]];
+      if (i > 0) std::copy(positions.begin(), positions.begin() + cols, positions.begin() + i * cols);
+      lengths[i] = static_cast<int32_t>(dcp_local_length(place, r, prob.lengths.empty() ? prob.columns : prob.lengths[i]));
+    }
+    TopkArgs a;
+    a.values = local.data();
+    a.rows = prob.rows;
+    a.columns = cols;
+    a.stride = std::max<int64_t>(cols, 1);
+    a.lengths = lengths.data();
+    a.positions = positions.data();
+    a.k = k_rank;
+    const size_t at = size_t(r) * prob.rows * k_rank;
+    topk_reference(a, {idx.data() + at, len.data() + size_t(r) * prob.rows, val.data() + at});
+  }
+  DcpTopkMergeArgs m;
+  m.ranks = n;
+  m.rows = prob.rows;
+  m.k_rank = k_rank;
+  m.indices = idx.data();
+  m.values = val.data();
+  m.topk_length = len.data();
+  m.k = k;
+  nt::TopkResult out(prob.rows, k);
+  dcp_merge_topk_reference(m, out.outputs());
+  return out;
+}
+
+}  // namespace
+
+// Rows of every adversarial kind (ties, NaN, -inf, +inf, signed zeros, few selectable), with
+// lengths (some shorter than a rank's first block, so ranks hold nothing), split over N ranks by
+// the placement: the merged selection equals topk_reference of the whole rows bit for bit.
+TEST(DcpSelection, MergedRankTopkEqualsWholeRowTopk) {
+  const int64_t columns = 3000;
+  int checked = 0;
+  for (int n : kRanks)
+    for (int il : kInterleaves)
+      for (int k : {1, 64, 512}) {
+        nt::TopkProblem prob(12, columns, columns + 3);
+        int row = 0;
+        for (nt::RowKind kind : nt::kAllRowKinds)
+          nt::fill_row(prob.row(row++), columns, kind, 1000 * n + il + k + row);
+        nt::fill_random(prob.row(row++), columns, 77, 6);  // six values: many ties
+        nt::fill_random(prob.row(row++), columns, 78);
+        prob.lengths = {3000, 2999, 0, 1, 17, 63, 64, 65, 1000, 2048, 2500, 129};
+        for (int k_rank : {k, std::min(k + 37, kTopkMaxK)}) {
+          const nt::TopkResult want = nt::reference(prob.args(k));
+          const nt::TopkResult got = dcp_select(prob, {n, il}, k_rank, k);
+          ASSERT_TRUE(got == want) << "N=" << n << " interleave=" << il << " k=" << k << " k_rank=" << k_rank;
+          ++checked;
+        }
+      }
+  EXPECT_EQ(checked, 3 * 3 * 3 * 2);
+}
+
+TEST(DcpSelection, MergeRejectsBadCandidates) {
+  std::vector<int32_t> idx = {0, 4, -1, 1, 3, 5}, len = {2, 3};
+  std::vector<float> val = {1, 2, -INFINITY, 3, 4, 5};
+  nt::TopkResult out(1, 2);
+  auto run = [&](auto edit) {
+    DcpTopkMergeArgs m;
+    m.ranks = 2;
+    m.rows = 1;
+    m.k_rank = 3;
+    m.indices = idx.data();
+    m.values = val.data();
+    m.topk_length = len.data();
+    m.k = 2;
+    edit(m);
+    dcp_merge_topk_reference(m, out.outputs());
+  };
+  run([](DcpTopkMergeArgs&) {});
+  EXPECT_EQ(out.indices, (std::vector<int32_t>{3, 5}));  // values 4 and 5
+  EXPECT_EQ(out.length, (std::vector<int32_t>{2}));
+  const nt::TopkResult before = out;
+  expect_error_naming([&] { run([](DcpTopkMergeArgs& m) { m.ranks = 0; }); }, "ranks");
+  expect_error_naming([&] { run([](DcpTopkMergeArgs& m) { m.k = 4; }); }, "k must");
+  expect_error_naming([&] { run([](DcpTopkMergeArgs& m) { m.k_rank = 0; }); }, "k_rank");
+  expect_error_naming([&] { run([](DcpTopkMergeArgs& m) { m.values = nullptr; }); }, "values");
+  len = {2, 4};
+  expect_error_naming([&] { run([](DcpTopkMergeArgs&) {}); }, "topk_length");
+  len = {2, 3};
+  idx = {4, 0, -1, 1, 3, 5};
+  expect_error_naming([&] { run([](DcpTopkMergeArgs&) {}); }, "strictly increasing");
+  idx = {0, 3, -1, 1, 3, 5};
+  expect_error_naming([&] { run([](DcpTopkMergeArgs&) {}); }, "two ranks");
+  EXPECT_TRUE(out == before);  // nothing written
+}
