@@ -26,6 +26,7 @@
 // merges the gathered candidates of all ranks into the top-k of the whole row, equal to
 // topk_reference of the undivided row bit for bit (same tie rule: larger value first, then the
 // smaller position).
+#include <cstddef>
 #include <cstdint>
 
 #include "nvfp4mla/sparse_mla.h"
@@ -108,5 +109,20 @@ struct DcpTopkMergeArgs {
 // argument for bad shapes, a topk_length outside 0..k_rank, or a rank's positions that are not
 // strictly increasing or are claimed by two ranks.
 void dcp_merge_topk_reference(const DcpTopkMergeArgs& args, const TopkOutputs& out);
+
+// The GPU merge (cuda/dcp.h) places the candidates of each row in position order into the
+// workspace (values, positions, lengths) and runs the exact top-k on them with `plan`, which
+// must come from plan_topk(rows, ranks * k_rank, sm_count). The workspace it needs (offsets
+// 256-byte aligned):
+struct DcpMergeTopkWorkspace {
+  size_t values_offset = 0;     // fp32 [rows, ranks * k_rank]
+  size_t positions_offset = 0;  // int32 [rows, ranks * k_rank]
+  size_t lengths_offset = 0;    // int32 [rows]
+  size_t topk_offset = 0;       // the top-k's workspace (topk_workspace_bytes)
+  size_t total_bytes = 0;
+};
+DcpMergeTopkWorkspace dcp_merge_topk_workspace(const DcpTopkMergeArgs& args, const TopkPlan& plan);
+// Checks on what the host can see (shapes, k, k_rank, pointers); throws Error naming the argument.
+void validate_dcp_merge_topk_args(const DcpTopkMergeArgs& args, const TopkOutputs& out);
 
 }  // namespace nvfp4mla

@@ -13,9 +13,11 @@
 #include "gpu/gpu_support.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/cuda/dcp.h"
+#include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/dcp.h"
 #include "nvfp4mla/error.h"
 #include "support/dcp_data.h"
+#include "support/topk_data.h"
 
 using namespace nvfp4mla;
 using nvfp4mla::testing::DeviceBuffer;
@@ -192,4 +194,99 @@ TEST(GpuDcpMerge, CudaGraphReplayEqualsEager) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// ---- selection ----
+
+namespace {
+
+// cuda::dcp_merge_topk of the candidates into poisoned outputs; the error count in *errors.
+nt::TopkResult gpu_merge_topk(const nt::DcpCandidates& cand, int k, const TopkPlan& plan, unsigned long long* errors) {
+  DeviceBuffer<int32_t> idx(cand.indices), len(cand.topk_length);
+  DeviceBuffer<float> val(cand.values);
+  DcpTopkMergeArgs a = cand.args(k);
+  a.indices = idx.get();
+  a.values = val.get();
+  a.topk_length = len.get();
+  const size_t bytes = dcp_merge_topk_workspace(a, plan).total_bytes;
+  DeviceBuffer<uint8_t> ws(bytes);
+  ws.fill_bytes(0xFF);
+  DeviceBuffer<int32_t> out_idx(size_t(cand.rows) * k), out_len(cand.rows);
+  DeviceBuffer<float> out_val(size_t(cand.rows) * k);
+  DeviceBuffer<unsigned long long> err(1);
+  out_idx.fill_bytes(0xAB);
+  out_len.fill_bytes(0xAB);
+  out_val.fill_bytes(0xAB);
+  err.fill_bytes(0);
+  cuda::dcp_merge_topk(a, plan, ws.get(), bytes, {out_idx.get(), out_len.get(), out_val.get()}, err.get(), nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw Error("dcp_merge_topk failed on the device");
+  nt::TopkResult r(cand.rows, k);
+  r.indices = out_idx.download();
+  r.length = out_len.download();
+  r.values = out_val.download();
+  *errors = err.download()[0];
+  return r;
+}
+
+}  // namespace
+
+// The ranks' candidates (top-k of each rank's entries by the placement) merged on the GPU equal
+// topk_reference of the whole rows bit for bit, for both top-k plan kinds.
+TEST(GpuDcpSelection, MergedRankTopkEqualsWholeRowTopk) {
+  NVFP4MLA_REQUIRE_GPU();
+  const int64_t columns = 3000;
+  for (int n : {2, 4, 8})
+    for (int il : {1, 16, 64})
+      for (int k : {1, 64, 512}) {
+        nt::TopkProblem prob(12, columns, columns + 3);
+        int row = 0;
+        for (nt::RowKind kind : nt::kAllRowKinds) nt::fill_row(prob.row(row++), columns, kind, 1000 * n + il + k + row);
+        nt::fill_random(prob.row(row++), columns, 77, 6);
+        nt::fill_random(prob.row(row++), columns, 78);
+        prob.lengths = {3000, 2999, 0, 1, 17, 63, 64, 65, 1000, 2048, 2500, 129};
+        const nt::TopkResult want = nt::reference(prob.args(k));
+        const nt::DcpCandidates cand(prob, {n, il}, k);
+        const int64_t cols = int64_t(n) * k;
+        for (const TopkPlan& plan : {plan_topk(prob.rows, cols, cuda::current_sm_count()), split_topk_plan(cols, 3)}) {
+          unsigned long long errors = 0;
+          const nt::TopkResult got = gpu_merge_topk(cand, k, plan, &errors);
+          EXPECT_TRUE(got == want) << "N=" << n << " interleave=" << il << " k=" << k << " plan " << to_string(plan.kernel);
+          EXPECT_EQ(errors, 0u);
+        }
+      }
+}
+
+// Long rows at the production k: 2 x 200,000 entries over 8 ranks, k = 2048.
+TEST(GpuDcpSelection, LongRowsAtK2048) {
+  NVFP4MLA_REQUIRE_GPU();
+  nt::TopkProblem prob(2, 200000);
+  nt::fill_random(prob.row(0), prob.columns, 5);
+  nt::fill_random(prob.row(1), prob.columns, 6, 40);  // many ties
+  const nt::TopkResult want = nt::reference(prob.args(2048));
+  const nt::DcpCandidates cand(prob, {8, 1}, 2048);
+  unsigned long long errors = 0;
+  EXPECT_TRUE(gpu_merge_topk(cand, 2048, plan_topk(2, 8 * 2048, cuda::current_sm_count()), &errors) == want);
+  EXPECT_EQ(errors, 0u);
+}
+
+// A topk_length outside 0..k_rank is counted and that rank contributes nothing to the row.
+TEST(GpuDcpSelection, BadCandidateLengthsAreCounted) {
+  NVFP4MLA_REQUIRE_GPU();
+  nt::TopkProblem prob(3, 500);
+  for (int r = 0; r < 3; ++r) nt::fill_random(prob.row(r), 500, 30 + r);
+  nt::DcpCandidates cand(prob, {4, 16}, 32);
+  cand.topk_length[1 * 3 + 2] = 33;  // rank 1, row 2
+  cand.topk_length[3 * 3 + 0] = -1;  // rank 3, row 0
+  unsigned long long errors = 0;
+  const nt::TopkResult got = gpu_merge_topk(cand, 32, plan_topk(3, 4 * 32, cuda::current_sm_count()), &errors);
+  EXPECT_EQ(errors, 2u);
+  nt::DcpCandidates dropped = cand;
+  dropped.topk_length[1 * 3 + 2] = 0;
+  dropped.topk_length[3 * 3 + 0] = 0;
+  nt::TopkResult want(3, 32);
+  dcp_merge_topk_reference(dropped.args(32), want.outputs());
+  EXPECT_TRUE(got == want);
+  // Host-visible errors throw before anything runs.
+  DcpTopkMergeArgs a = cand.args(33);
+  EXPECT_THROW(cuda::dcp_merge_topk(a, plan_topk(3, 128, cuda::current_sm_count()), nullptr, 0, {}, nullptr, nullptr), Error);
 }

@@ -12,6 +12,8 @@
 
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/dcp.h"
+#include "nvfp4mla/topk.h"
+#include "support/topk_data.h"
 
 namespace nvfp4mla::testing {
 
@@ -131,5 +133,51 @@ inline int64_t merge_mismatches(const MergeProblem& p, const std::vector<float>&
   }
   return bad;
 }
+
+// The DCP selection's gathered candidates for a problem's rows: each rank takes the top-k_rank
+// (topk_reference) of the entries it holds by the placement (row r has lengths[r] entries), with
+// their global positions; [ranks, rows, k_rank].
+struct DcpCandidates {
+  int ranks = 0, rows = 0, k_rank = 0;
+  std::vector<int32_t> indices, topk_length;
+  std::vector<float> values;
+
+  DcpCandidates(const TopkProblem& prob, const DcpPlacement& place, int k)
+      : ranks(place.ranks), rows(prob.rows), k_rank(k), indices(size_t(ranks) * rows * k), topk_length(size_t(ranks) * rows),
+        values(indices.size()) {
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t cols = dcp_local_length(place, r, prob.columns);
+      std::vector<float> local(size_t(rows) * std::max<int64_t>(cols, 1));
+      std::vector<int32_t> positions(local.size()), lengths(rows);
+      dcp_global_positions(place, r, positions.data(), cols);
+      for (int i = 0; i < rows; ++i) {
+        for (int64_t c = 0; c < cols; ++c) local[i * cols + c] = prob.values[i * prob.stride + positions[c]];
+        if (i > 0) std::copy(positions.begin(), positions.begin() + cols, positions.begin() + i * cols);
+        lengths[i] = static_cast<int32_t>(dcp_local_length(place, r, prob.lengths.empty() ? prob.columns : prob.lengths[i]));
+      }
+      TopkArgs a;
+      a.values = local.data();
+      a.rows = rows;
+      a.columns = cols;
+      a.stride = std::max<int64_t>(cols, 1);
+      a.lengths = lengths.data();
+      a.positions = positions.data();
+      a.k = k_rank;
+      const size_t at = size_t(r) * rows * k_rank;
+      topk_reference(a, {indices.data() + at, topk_length.data() + size_t(r) * rows, values.data() + at});
+    }
+  }
+  DcpTopkMergeArgs args(int k) const {
+    DcpTopkMergeArgs m;
+    m.ranks = ranks;
+    m.rows = rows;
+    m.k_rank = k_rank;
+    m.indices = indices.data();
+    m.values = values.data();
+    m.topk_length = topk_length.data();
+    m.k = k;
+    return m;
+  }
+};
 
 }  // namespace nvfp4mla::testing

@@ -332,44 +332,10 @@ TEST(DcpMerge, ToleranceCheckCatchesAWrongMerge) {
 
 namespace {
 
-// The DCP selection of a problem's rows: each rank takes the top-k_rank of the entries it holds
-// (by the placement; row r has lengths[r] entries) with their global positions, the candidates
-// are gathered [ranks, rows, k_rank] and merged into the global top-k.
 nt::TopkResult dcp_select(const nt::TopkProblem& prob, const DcpPlacement& place, int k_rank, int k) {
-  const int n = place.ranks;
-  std::vector<int32_t> idx(size_t(n) * prob.rows * k_rank), len(size_t(n) * prob.rows);
-  std::vector<float> val(idx.size());
-  for (int r = 0; r < n; ++r) {
-    const int64_t cols = dcp_local_length(place, r, prob.columns);
-    std::vector<float> local(size_t(prob.rows) * std::max<int64_t>(cols, 1));
-    std::vector<int32_t> positions(local.size()), lengths(prob.rows);
-    dcp_global_positions(place, r, positions.data(), cols);
-    for (int i = 0; i < prob.rows; ++i) {
-      for (int64_t c = 0; c < cols; ++c) local[i * cols + c] = prob.values[i * prob.stride + positions[c]];
-      if (i > 0) std::copy(positions.begin(), positions.begin() + cols, positions.begin() + i * cols);
-      lengths[i] = static_cast<int32_t>(dcp_local_length(place, r, prob.lengths.empty() ? prob.columns : prob.lengths[i]));
-    }
-    TopkArgs a;
-    a.values = local.data();
-    a.rows = prob.rows;
-    a.columns = cols;
-    a.stride = std::max<int64_t>(cols, 1);
-    a.lengths = lengths.data();
-    a.positions = positions.data();
-    a.k = k_rank;
-    const size_t at = size_t(r) * prob.rows * k_rank;
-    topk_reference(a, {idx.data() + at, len.data() + size_t(r) * prob.rows, val.data() + at});
-  }
-  DcpTopkMergeArgs m;
-  m.ranks = n;
-  m.rows = prob.rows;
-  m.k_rank = k_rank;
-  m.indices = idx.data();
-  m.values = val.data();
-  m.topk_length = len.data();
-  m.k = k;
+  const nt::DcpCandidates cand(prob, place, k_rank);
   nt::TopkResult out(prob.rows, k);
-  dcp_merge_topk_reference(m, out.outputs());
+  dcp_merge_topk_reference(cand.args(k), out.outputs());
   return out;
 }
 

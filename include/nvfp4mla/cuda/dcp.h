@@ -12,4 +12,13 @@ namespace nvfp4mla::cuda {
 // arithmetic. Throws Error (validate_dcp_merge_args) before launching anything.
 void dcp_merge(const DcpMergeArgs& args, const DcpMergeOutputs& out, cudaStream_t stream);
 
+// The global top-k from the ranks' gathered candidates (dcp.h), equal to dcp_merge_topk_reference
+// (and so to topk_reference of the whole row) bit for bit. `plan` from plan_topk(rows, ranks *
+// k_rank, sm_count); `workspace` of at least dcp_merge_topk_workspace(args, plan).total_bytes bytes,
+// 256-byte aligned. A topk_length outside 0..k_rank is counted in *error_count (when given) and
+// that rank contributes nothing to the row; the ranks' positions must be strictly increasing and
+// disjoint (as the placement makes them): the device does not check it.
+void dcp_merge_topk(const DcpTopkMergeArgs& args, const TopkPlan& plan, void* workspace, size_t workspace_bytes,
+                    const TopkOutputs& out, unsigned long long* error_count, cudaStream_t stream);
+
 }  // namespace nvfp4mla::cuda

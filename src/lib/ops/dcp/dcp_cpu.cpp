@@ -157,7 +157,7 @@ void dcp_merge_reference(const DcpMergeArgs& a, const DcpMergeOutputs& out) {
 
 // ---- selection ----
 
-void dcp_merge_topk_reference(const DcpTopkMergeArgs& a, const TopkOutputs& out) {
+void validate_dcp_merge_topk_args(const DcpTopkMergeArgs& a, const TopkOutputs& out) {
   if (a.ranks < 1) throw Error("dcp top-k merge: ranks must be >= 1 (got " + str(a.ranks) + ")");
   if (a.rows < 0) throw Error("dcp top-k merge: rows must be >= 0 (got " + str(a.rows) + ")");
   if (a.k_rank < 1 || a.k_rank > kTopkMaxK)
@@ -166,6 +166,28 @@ void dcp_merge_topk_reference(const DcpTopkMergeArgs& a, const TopkOutputs& out)
     throw Error("dcp top-k merge: k must be in 1..k_rank (" + str(a.k_rank) + ") (got " + str(a.k) + ")");
   if (a.rows > 0 && (!a.indices || !a.values || !a.topk_length))
     throw Error("dcp top-k merge: indices, values and topk_length are required");
+  if (a.rows > 0 && (!out.indices || !out.topk_length))
+    throw Error("dcp top-k merge: the indices and topk_length outputs are required");
+}
+
+namespace {
+constexpr size_t kWorkspaceAlign = 256;
+size_t align_up(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+}  // namespace
+
+DcpMergeTopkWorkspace dcp_merge_topk_workspace(const DcpTopkMergeArgs& a, const TopkPlan& plan) {
+  const size_t rows = size_t(std::max(a.rows, 0));
+  const size_t entries = rows * size_t(std::max(a.ranks, 0)) * size_t(std::max(a.k_rank, 0));
+  DcpMergeTopkWorkspace w;
+  w.positions_offset = align_up(entries * 4);
+  w.lengths_offset = w.positions_offset + align_up(entries * 4);
+  w.topk_offset = w.lengths_offset + align_up(rows * 4);
+  w.total_bytes = w.topk_offset + topk_workspace_bytes(plan, a.rows);
+  return w;
+}
+
+void dcp_merge_topk_reference(const DcpTopkMergeArgs& a, const TopkOutputs& out) {
+  validate_dcp_merge_topk_args(a, out);
   // The candidates of each row, rank after rank, sorted by position: a list topk_reference takes
   // with positions (topk.h), whose top-k is the row's top-k because every entry of the global
   // top-k on a rank is among that rank's top k_rank >= k.
