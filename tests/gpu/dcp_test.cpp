@@ -27,6 +27,12 @@ namespace {
 
 constexpr int kPoisonByte = 0xFF;  // NaN in fp32 and bf16
 
+// A device copy, or an empty buffer for an empty vector (no zero-byte copies).
+template <class T>
+DeviceBuffer<T> device_copy(const std::vector<T>& host) {
+  return host.empty() ? DeviceBuffer<T>() : DeviceBuffer<T>(host);
+}
+
 // Device copies of a merge problem's partials and poisoned outputs.
 struct GpuMerge {
   DeviceBuffer<float> part_f32, lse_in, out_f32, lse;
@@ -35,13 +41,13 @@ struct GpuMerge {
   DcpMergeOutputs outs;
 
   GpuMerge(const nt::MergeProblem& p, DcpPartialType out_type, bool with_lse = true)
-      : lse_in(p.lse), lse(std::max<int64_t>(p.row_heads(), 1)) {
+      : lse_in(device_copy(p.lse)), lse(std::max<int64_t>(p.row_heads(), 1)) {
     args = p.args();
     if (p.type == DcpPartialType::f32) {
-      part_f32 = DeviceBuffer<float>(p.out_f32);
+      part_f32 = device_copy(p.out_f32);
       args.partial_out = part_f32.get();
     } else {
-      part_bf16 = DeviceBuffer<uint16_t>(p.out_bf16);
+      part_bf16 = device_copy(p.out_bf16);
       args.partial_out = part_bf16.get();
     }
     args.partial_lse = lse_in.get();
@@ -177,6 +183,7 @@ TEST(GpuDcpMerge, CudaGraphReplayEqualsEager) {
   auto p = nt::make_merge_problem(4, 32, 16, DcpPartialType::bf16, LseBase::natural, nt::MergeData::random, 11);
   GpuMerge eager(p, DcpPartialType::bf16), graphed(p, DcpPartialType::bf16);
   cuda::dcp_merge(eager.args, eager.outs, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
   cudaGraph_t graph;
