@@ -65,6 +65,22 @@ void dcp_global_positions(const DcpPlacement& p, int rank, int32_t* out, int64_t
 void dcp_local_slot_mapping(const DcpPlacement& p, int page_size, int rank, const int64_t* global_slots, int64_t n,
                             int64_t* local_slots);
 
+// Attention indices of `rank` for the global selection: positions [rows, k] int32 global
+// positions (a top-k's indices, -1 padded) become the rank's cache slots through its block
+// table (`slots`, over local positions: local position l of row i sits at
+// topk_slot(slots, i, l), topk.h), and -1 (masked by sparse decode, never read) for positions
+// of other ranks and for the padding. With the writer slots above, `slots` is the shared block
+// table with page_size. A position of this rank without a valid slot is an error: the CPU
+// throws Error naming block_table before writing; the GPU (cuda/dcp.h) writes -1 and counts it.
+// In-place (local_indices == positions) is allowed.
+void dcp_local_indices_reference(const DcpPlacement& p, int rank, const int32_t* positions, int rows, int k,
+                                 const TopkSlotMap& slots, int32_t* local_indices);
+
+// The checks every implementation of the two mappings above makes; throw Error naming the argument.
+void validate_dcp_slot_mapping_args(const DcpPlacement& p, int page_size, int rank, int64_t n);
+void validate_dcp_local_indices_args(const DcpPlacement& p, int rank, const int32_t* positions, int rows, int k,
+                                     const TopkSlotMap& slots, const int32_t* local_indices);
+
 // ---- merge of partial attention ----
 
 enum class DcpPartialType : uint8_t { f32 = 0, bf16 = 1 };

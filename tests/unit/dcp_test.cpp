@@ -20,6 +20,8 @@
 #include "nvfp4mla/codec.h"
 #include "support/attention_problem.h"
 #include "support/dcp_data.h"
+#include "support/random_tokens.h"
+#include "nvfp4mla/record.h"
 #include "support/topk_data.h"
 
 using namespace nvfp4mla;
@@ -399,4 +401,132 @@ TEST(DcpSelection, MergeRejectsBadCandidates) {
   idx = {0, 3, -1, 1, 3, 5};
   expect_error_naming([&] { run([](DcpTopkMergeArgs&) {}); }, "two ranks");
   EXPECT_TRUE(out == before);  // nothing written
+}
+
+// ---- attention under DCP, end to end ----
+
+namespace {
+
+// One request of `context` tokens written into N rank caches through the shared virtual block
+// table (dcp_local_slot_mapping), a selection of global positions per row, each rank's
+// attention over its own records (dcp_local_indices_reference), then the merge: it must equal
+// single-GPU attention over all the tokens.
+void check_dcp_attention(int n, int il, int64_t context, uint64_t seed) {
+  const RecordSpec spec{CacheDtype::bf16, RopeEncoding::bf16, ScaleMode::implicit};
+  const int rb = spec.record_bytes(), page = 64, rows = 3, heads = 4, k = 96;
+  const DcpPlacement place{n, il};
+  const auto tokens = nt::random_tokens(context, seed, -0.3, 0.3);
+  auto encode = [&](int64_t i, uint8_t* dst) {
+    record::encode(spec, reinterpret_cast<const Bf16Bits*>(&tokens.kv_c[i * kLatentDim]),
+                   reinterpret_cast<const Bf16Bits*>(&tokens.k_pe[i * kRopeDim]), 1.0f, dst);
+  };
+  // Single GPU: token i at slot i.
+  nt::AttentionProblem single;
+  single.spec = spec;
+  single.rows = rows;
+  single.heads = heads;
+  single.topk = k;
+  single.capacity = context;
+  single.sm_scale = 1.0f / 24.0f;
+  single.cache.resize(context * rb);
+  for (int64_t i = 0; i < context; ++i) encode(i, &single.cache[i * rb]);
+  // DCP: virtual pages of page * n positions, shuffled page ids, NaN in unwritten records.
+  const int64_t vpage = int64_t(page) * n, vpages = (context + vpage - 1) / vpage, pages_total = vpages + 3;
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> table(pages_total);
+  for (int64_t b = 0; b < pages_total; ++b) table[b] = static_cast<int32_t>(b);
+  std::shuffle(table.begin(), table.end(), rng);
+  table.resize(vpages);
+  std::vector<int64_t> global_slots(context), local_slots(context);
+  for (int64_t i = 0; i < context; ++i) global_slots[i] = table[i / vpage] * vpage + i % vpage;
+  std::vector<std::vector<uint8_t>> caches(n, std::vector<uint8_t>(pages_total * page * rb, 0xFF));
+  for (int r = 0; r < n; ++r) {
+    dcp_local_slot_mapping(place, page, r, global_slots.data(), context, local_slots.data());
+    for (int64_t i = 0; i < context; ++i)
+      if (local_slots[i] >= 0) encode(i, &caches[r][local_slots[i] * rb]);
+  }
+  // The selection: sorted distinct positions, the last row shorter (-1 padding, topk_length).
+  std::vector<int32_t>& positions = single.indices;
+  std::vector<int32_t>& lengths = single.topk_length;
+  positions.assign(rows * k, -1);
+  lengths = {k, k, k / 3};
+  for (int i = 0; i < rows; ++i) {
+    std::vector<int32_t> all(context);
+    for (int64_t t = 0; t < context; ++t) all[t] = static_cast<int32_t>(t);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::sort(all.begin(), all.begin() + lengths[i]);
+    std::copy(all.begin(), all.begin() + lengths[i], positions.begin() + i * k);
+  }
+  single.q.resize(size_t(rows) * heads * kQkDim);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : single.q) v = codec::bf16_encode_rn(normal(rng));
+  const SparseMlaArgs whole = single.host_args();
+  const size_t rh = size_t(rows) * heads;
+  std::vector<float> out(rh * kDcpLatentDim), lse(rh);
+  sparse_mla_reference(spec, whole, out.data(), lse.data());
+
+  TopkSlotMap slots;
+  slots.block_table = table.data();
+  slots.requests = 1;
+  slots.pages = vpages;
+  slots.table_stride = vpages;
+  slots.page_size = page;
+  slots.rows_per_request = rows;
+  slots.capacity = pages_total * page;
+  nt::MergeProblem parts;
+  parts.ranks = n;
+  parts.rows = rows;
+  parts.heads = heads;
+  parts.out_f32.resize(n * rh * kDcpLatentDim);
+  parts.lse.resize(n * rh);
+  std::vector<int> owners(rows * k, 0);
+  for (int r = 0; r < n; ++r) {
+    std::vector<int32_t> local(rows * k);
+    dcp_local_indices_reference(place, r, positions.data(), rows, k, slots, local.data());
+    for (int i = 0; i < rows * k; ++i) owners[i] += local[i] >= 0;
+    SparseMlaArgs a = whole;
+    a.cache = caches[r].data();
+    a.capacity = slots.capacity;
+    a.indices = local.data();
+    sparse_mla_reference(spec, a, parts.out_f32.data() + r * rh * kDcpLatentDim, parts.lse.data() + r * rh);
+  }
+  for (int i = 0; i < rows * k; ++i) ASSERT_EQ(owners[i], positions[i] >= 0 ? 1 : 0) << "entry " << i;
+  std::vector<float> merged, merged_lse;
+  merge_on_cpu(parts, DcpPartialType::f32, merged, merged_lse);
+  for (size_t i = 0; i < rh; ++i) {
+    EXPECT_NEAR(merged_lse[i], lse[i], 1e-5 * (1 + std::fabs(lse[i]))) << "N=" << n << " il=" << il << " row-head " << i;
+    for (int d = 0; d < kDcpLatentDim; ++d)
+      ASSERT_NEAR(merged[i * kDcpLatentDim + d], out[i * kDcpLatentDim + d], 1e-5 * (1 + std::fabs(out[i * kDcpLatentDim + d])))
+          << "N=" << n << " il=" << il << " row-head " << i << " dim " << d;
+  }
+}
+
+}  // namespace
+
+TEST(DcpAttention, RankCachesAndLocalIndicesGiveSingleGpuAttention) {
+  for (int n : kRanks)
+    for (int il : {1, 16, 64}) check_dcp_attention(n, il, 700 + 37 * n, 900 + n + il);
+  check_dcp_attention(8, 64, 100, 5);  // ranks 2..7 hold no token of the request
+}
+
+TEST(DcpAttention, LocalIndicesErrorsNameTheArgument) {
+  std::vector<int32_t> table = {0}, pos = {0, 1, 200}, out = {7, 7, 7};
+  TopkSlotMap m;
+  m.block_table = table.data();
+  m.requests = 1;
+  m.pages = 1;
+  m.table_stride = 1;
+  m.page_size = 64;
+  m.capacity = 64;
+  m.rows_per_request = 1;
+  // Position 200 lives on rank 0 at local 100: page 1, past the table.
+  expect_error_naming([&] { dcp_local_indices_reference({2, 1}, 0, pos.data(), 1, 3, m, out.data()); }, "block_table");
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 7, 7}));
+  expect_error_naming([&] { dcp_local_indices_reference({2, 1}, 2, pos.data(), 1, 3, m, out.data()); }, "rank");
+  expect_error_naming([&] { dcp_local_indices_reference({2, 1}, 0, pos.data(), 2, 3, m, out.data()); }, "requests");
+  pos[2] = 3;  // rank 1's local 1
+  dcp_local_indices_reference({2, 1}, 0, pos.data(), 1, 3, m, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{0, -1, -1}));
+  dcp_local_indices_reference({2, 1}, 1, pos.data(), 1, 3, m, pos.data());  // in place
+  EXPECT_EQ(pos, (std::vector<int32_t>{-1, 0, 1}));
 }

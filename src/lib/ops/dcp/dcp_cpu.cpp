@@ -70,16 +70,47 @@ void dcp_global_positions(const DcpPlacement& p, int rank, int32_t* out, int64_t
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(dcp_global_position(p, rank, i));
 }
 
-void dcp_local_slot_mapping(const DcpPlacement& p, int page_size, int rank, const int64_t* global_slots, int64_t n,
-                            int64_t* local_slots) {
+void validate_dcp_slot_mapping_args(const DcpPlacement& p, int page_size, int rank, int64_t n) {
   validate_dcp_placement(p);
   require_rank(p, rank);
   if (page_size < 1 || page_size % p.interleave != 0)
     throw Error("dcp: page_size must be a positive multiple of the interleave " + str(p.interleave) + " (got " +
                 str(page_size) + ")");
   if (n < 0) throw Error("dcp: n must be >= 0 (got " + str(n) + ")");
+}
+
+void dcp_local_slot_mapping(const DcpPlacement& p, int page_size, int rank, const int64_t* global_slots, int64_t n,
+                            int64_t* local_slots) {
+  validate_dcp_slot_mapping_args(p, page_size, rank, n);
   for (int64_t i = 0; i < n; ++i)
     local_slots[i] = dcp_math::local_slot(global_slots[i], p.ranks, p.interleave, page_size, rank);
+}
+
+void validate_dcp_local_indices_args(const DcpPlacement& p, int rank, const int32_t* positions, int rows, int k,
+                                     const TopkSlotMap& m, const int32_t* local_indices) {
+  validate_dcp_placement(p);
+  require_rank(p, rank);
+  if (rows < 0 || k < 0) throw Error("dcp local indices: rows and k must be >= 0 (got " + str(rows) + ", " + str(k) + ")");
+  if (int64_t(rows) * k == 0) return;
+  if (!positions || !local_indices) throw Error("dcp local indices: positions and local_indices are required");
+  if (!m.block_table) throw Error("dcp local indices: block_table is null");
+  if (m.page_size < 1 || m.rows_per_request < 1 || m.pages < 0 || m.table_stride < m.pages || m.capacity < 1)
+    throw Error("dcp local indices: block_table needs page_size >= 1, rows_per_request >= 1, table_stride >= pages >= 0 "
+                "and capacity >= 1");
+  if (m.requests < (int64_t(rows) + m.rows_per_request - 1) / m.rows_per_request)
+    throw Error("dcp local indices: block_table has " + str(m.requests) + " requests, too few for " + str(rows) + " rows");
+}
+
+void dcp_local_indices_reference(const DcpPlacement& p, int rank, const int32_t* positions, int rows, int k,
+                                 const TopkSlotMap& m, int32_t* local_indices) {
+  validate_dcp_local_indices_args(p, rank, positions, rows, k, m, local_indices);
+  const int64_t n = int64_t(rows) * k;
+  for (int64_t i = 0; i < n; ++i)
+    if (dcp_math::local_index(positions[i], i / k, p.ranks, p.interleave, rank, m) == -2)
+      throw Error("dcp local indices: position " + str(positions[i]) + " of row " + str(i / k) +
+                  " has no valid slot in block_table");
+  for (int64_t i = 0; i < n; ++i)
+    local_indices[i] = static_cast<int32_t>(dcp_math::local_index(positions[i], i / k, p.ranks, p.interleave, rank, m));
 }
 
 // ---- merge ----

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "nvfp4mla/hd.h"
+#include "nvfp4mla/topk.h"
 
 namespace nvfp4mla::dcp_math {
 
@@ -22,6 +23,14 @@ NVFP4MLA_HD int64_t local_slot(int64_t global_slot, int ranks, int interleave, i
   const int64_t page = global_slot / virtual_page, offset = global_slot % virtual_page;
   if (rank_of(offset, ranks, interleave) != rank) return -1;
   return page * page_size + local_of(offset, ranks, interleave);
+}
+
+// The attention index on `rank` of global position `pos` of row `row`: -1 for padding and for
+// other ranks' positions, -2 for a position of this rank without a valid slot.
+NVFP4MLA_HD int64_t local_index(int32_t pos, int64_t row, int ranks, int interleave, int rank, const TopkSlotMap& m) {
+  if (pos < 0 || rank_of(pos, ranks, interleave) != rank) return -1;
+  const int64_t slot = topk_slot(m, row, local_of(pos, ranks, interleave));
+  return slot < 0 ? -2 : slot;
 }
 
 }  // namespace nvfp4mla::dcp_math
