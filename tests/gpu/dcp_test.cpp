@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -296,4 +297,82 @@ TEST(GpuDcpSelection, BadCandidateLengthsAreCounted) {
   // Host-visible errors throw before anything runs.
   DcpTopkMergeArgs a = cand.args(33);
   EXPECT_THROW(cuda::dcp_merge_topk(a, plan_topk(3, 128, cuda::current_sm_count()), nullptr, 0, {}, nullptr, nullptr), Error);
+}
+
+// ---- mappings ----
+
+// Writer slots and attention indices on the device equal the CPU functions element for element.
+TEST(GpuDcpMapping, SlotsAndIndicesEqualCpu) {
+  NVFP4MLA_REQUIRE_GPU();
+  std::mt19937_64 rng(12);
+  for (int n : {1, 2, 4, 8})
+    for (int il : {1, 16, 64}) {
+      const DcpPlacement place{n, il};
+      const int page = 64;
+      const int64_t context = 100000 + 17 * n, vpage = int64_t(page) * n, vpages = (context + vpage - 1) / vpage;
+      std::vector<int32_t> table(vpages);
+      for (auto& t : table) t = static_cast<int32_t>(rng() % 100000);
+      std::vector<int64_t> global(context);
+      for (int64_t i = 0; i < context; ++i) global[i] = i % 97 == 0 ? -1 : table[i / vpage] * vpage + i % vpage;
+      const int rows = 4, k = 2048;
+      std::vector<int32_t> positions(rows * k);
+      for (auto& p : positions) p = rng() % 11 == 0 ? -1 : static_cast<int32_t>(rng() % context);
+      positions[5] = static_cast<int32_t>(context + 5 * vpage);  // past the table: no valid slot on its rank
+      TopkSlotMap slots;
+      slots.requests = 2;
+      slots.pages = vpages;
+      slots.table_stride = vpages;
+      slots.page_size = page;
+      slots.rows_per_request = 2;
+      slots.capacity = int64_t(100000) * page;
+      std::vector<int32_t> tables(2 * vpages);
+      std::copy(table.begin(), table.end(), tables.begin());
+      std::copy(table.rbegin(), table.rend(), tables.begin() + vpages);
+      DeviceBuffer<int64_t> d_global(global), d_local(context);
+      DeviceBuffer<int32_t> d_pos(positions), d_idx(positions.size()), d_tables(tables);
+      DeviceBuffer<unsigned long long> d_err(1);
+      unsigned long long total_errors = 0, expected_errors = 0;
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE(::testing::Message() << "N=" << n << " interleave=" << il << " rank " << r);
+        std::vector<int64_t> want(context);
+        dcp_local_slot_mapping(place, page, r, global.data(), context, want.data());
+        d_local.fill_bytes(0xAB);
+        cuda::dcp_local_slot_mapping(place, page, r, d_global.get(), context, d_local.get(), nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(d_local.download(), want);
+
+        // The CPU reference throws for the slotless position; compare on the others and count it.
+        std::vector<int32_t> clean = positions, want_idx(positions.size());
+        const bool mine = dcp_locate(place, positions[5]).rank == r;
+        expected_errors += mine;
+        clean[5] = -1;
+        slots.block_table = tables.data();
+        dcp_local_indices_reference(place, r, clean.data(), rows, k, slots, want_idx.data());
+        slots.block_table = d_tables.get();
+        d_idx.fill_bytes(0xAB);
+        d_err.fill_bytes(0);
+        cuda::dcp_local_indices(place, r, d_pos.get(), rows, k, slots, d_idx.get(), d_err.get(), nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(d_idx.download(), want_idx);
+        total_errors += d_err.download()[0];
+        // In place.
+        DeviceBuffer<int32_t> inplace(positions);
+        cuda::dcp_local_indices(place, r, inplace.get(), rows, k, slots, inplace.get(), nullptr, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(inplace.download(), want_idx);
+      }
+      EXPECT_EQ(total_errors, expected_errors);
+      EXPECT_EQ(expected_errors, 1u);
+    }
+}
+
+TEST(GpuDcpMapping, BadArgumentsThrowBeforeLaunch) {
+  NVFP4MLA_REQUIRE_GPU();
+  DeviceBuffer<int64_t> g(4), l(4);
+  EXPECT_THROW(cuda::dcp_local_slot_mapping({2, 16}, 8, 0, g.get(), 4, l.get(), nullptr), Error);
+  EXPECT_THROW(cuda::dcp_local_slot_mapping({2, 3}, 64, 0, g.get(), 4, l.get(), nullptr), Error);
+  EXPECT_THROW(cuda::dcp_local_slot_mapping({2, 16}, 64, 2, g.get(), 4, l.get(), nullptr), Error);
+  TopkSlotMap m;  // no block table
+  DeviceBuffer<int32_t> pos(4), idx(4);
+  EXPECT_THROW(cuda::dcp_local_indices({2, 1}, 0, pos.get(), 1, 4, m, idx.get(), nullptr, nullptr), Error);
 }
