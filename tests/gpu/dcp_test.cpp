@@ -242,16 +242,10 @@ nt::TopkResult gpu_merge_topk(const nt::DcpCandidates& cand, int k, const TopkPl
 // topk_reference of the whole rows bit for bit, for both top-k plan kinds.
 TEST(GpuDcpSelection, MergedRankTopkEqualsWholeRowTopk) {
   NVFP4MLA_REQUIRE_GPU();
-  const int64_t columns = 3000;
   for (int n : {2, 4, 8})
     for (int il : {1, 16, 64})
       for (int k : {1, 64, 512}) {
-        nt::TopkProblem prob(12, columns, columns + 3);
-        int row = 0;
-        for (nt::RowKind kind : nt::kAllRowKinds) nt::fill_row(prob.row(row++), columns, kind, 1000 * n + il + k + row);
-        nt::fill_random(prob.row(row++), columns, 77, 6);
-        nt::fill_random(prob.row(row++), columns, 78);
-        prob.lengths = {3000, 2999, 0, 1, 17, 63, 64, 65, 1000, 2048, 2500, 129};
+        const nt::TopkProblem prob = nt::dcp_selection_rows(uint64_t(1000) * n + il + k);
         const nt::TopkResult want = nt::reference(prob.args(k));
         const nt::DcpCandidates cand(prob, {n, il}, k);
         const int64_t cols = int64_t(n) * k;

@@ -134,6 +134,23 @@ inline int64_t merge_mismatches(const MergeProblem& p, const std::vector<float>&
   return bad;
 }
 
+// Twelve 3000-entry rows for the DCP selection tests: every adversarial row kind (ties, NaN,
+// -inf/+inf, signed zeros, few selectable), a row of six distinct values, a random row; lengths
+// from 0 to 3000, some shorter than one rank's first block.
+inline TopkProblem dcp_selection_rows(uint64_t seed) {
+  constexpr int64_t kColumns = 3000;
+  TopkProblem prob(12, kColumns, kColumns + 3);
+  int row = 0;
+  for (RowKind kind : kAllRowKinds) {
+    fill_row(prob.row(row), kColumns, kind, seed + row);
+    ++row;
+  }
+  fill_random(prob.row(row++), kColumns, seed + 77, 6);
+  fill_random(prob.row(row++), kColumns, seed + 78);
+  prob.lengths = {3000, 2999, 0, 1, 17, 63, 64, 65, 1000, 2048, 2500, 129};
+  return prob;
+}
+
 // The DCP selection's gathered candidates for a problem's rows: each rank takes the top-k_rank
 // (topk_reference) of the entries it holds by the placement (row r has lengths[r] entries), with
 // their global positions; [ranks, rows, k_rank].

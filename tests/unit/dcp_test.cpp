@@ -347,18 +347,11 @@ nt::TopkResult dcp_select(const nt::TopkProblem& prob, const DcpPlacement& place
 // lengths (some shorter than a rank's first block, so ranks hold nothing), split over N ranks by
 // the placement: the merged selection equals topk_reference of the whole rows bit for bit.
 TEST(DcpSelection, MergedRankTopkEqualsWholeRowTopk) {
-  const int64_t columns = 3000;
   int checked = 0;
   for (int n : kRanks)
     for (int il : kInterleaves)
       for (int k : {1, 64, 512}) {
-        nt::TopkProblem prob(12, columns, columns + 3);
-        int row = 0;
-        for (nt::RowKind kind : nt::kAllRowKinds)
-          nt::fill_row(prob.row(row++), columns, kind, 1000 * n + il + k + row);
-        nt::fill_random(prob.row(row++), columns, 77, 6);  // six values: many ties
-        nt::fill_random(prob.row(row++), columns, 78);
-        prob.lengths = {3000, 2999, 0, 1, 17, 63, 64, 65, 1000, 2048, 2500, 129};
+        const nt::TopkProblem prob = nt::dcp_selection_rows(uint64_t(1000) * n + il + k);
         for (int k_rank : {k, std::min(k + 37, kTopkMaxK)}) {
           const nt::TopkResult want = nt::reference(prob.args(k));
           const nt::TopkResult got = dcp_select(prob, {n, il}, k_rank, k);
