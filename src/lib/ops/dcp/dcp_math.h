@@ -1,0 +1,36 @@
+#pragma once
+// The placement arithmetic of dcp.h, shared by the host functions and the kernels. Arguments
+// are assumed valid (the public functions check them).
+#include <cstdint>
+
+#include "nvfp4mla/hd.h"
+#include "nvfp4mla/topk.h"
+
+namespace nvfp4mla::dcp_math {
+
+NVFP4MLA_HD int rank_of(int64_t global, int ranks, int interleave) {
+  return static_cast<int>((global / interleave) % ranks);
+}
+
+NVFP4MLA_HD int64_t local_of(int64_t global, int ranks, int interleave) {
+  return global / (int64_t(interleave) * ranks) * interleave + global % interleave;
+}
+
+// The local slot on `rank` of a global (virtual-page) slot, or -1 when another rank owns it.
+NVFP4MLA_HD int64_t local_slot(int64_t global_slot, int ranks, int interleave, int page_size, int rank) {
+  if (global_slot < 0) return -1;
+  const int64_t virtual_page = int64_t(page_size) * ranks;
+  const int64_t page = global_slot / virtual_page, offset = global_slot % virtual_page;
+  if (rank_of(offset, ranks, interleave) != rank) return -1;
+  return page * page_size + local_of(offset, ranks, interleave);
+}
+
+// The attention index on `rank` of global position `pos` of row `row`: -1 for padding and for
+// other ranks' positions, -2 for a position of this rank without a valid slot.
+NVFP4MLA_HD int64_t local_index(int32_t pos, int64_t row, int ranks, int interleave, int rank, const TopkSlotMap& m) {
+  if (pos < 0 || rank_of(pos, ranks, interleave) != rank) return -1;
+  const int64_t slot = topk_slot(m, row, local_of(pos, ranks, interleave));
+  return slot < 0 ? -2 : slot;
+}
+
+}  // namespace nvfp4mla::dcp_math
