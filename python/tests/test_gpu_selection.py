@@ -111,9 +111,11 @@ def test_indexer_bad_metadata_is_counted():
     q, w = exact_query(2, 8, seed=8)
     cache = torch.zeros(4, 64 * RB, dtype=torch.uint8, device=DEV)
     logits = torch.full((2, 128), 5.0, device=DEV)
-    count = nvfp4mla.indexer_logits_paged(gpu(q), gpu(w), cache, gpu(np.array([[0, 9]], np.int32)),
-                                          gpu(np.array([100], np.int32)), logits, next_n=2)
+    count = torch.zeros((1,), dtype=torch.int64, device=DEV)
+    out = nvfp4mla.indexer_logits_paged(gpu(q), gpu(w), cache, gpu(np.array([[0, 9]], np.int32)),
+                                        gpu(np.array([100], np.int32)), logits, next_n=2, invalid_count=count)
     torch.cuda.synchronize()
+    assert out is logits
     assert count.item() >= 1 and (logits == 5.0).all()  # a page outside the cache: nothing written
 
 
