@@ -2,10 +2,12 @@
 // compaction. The CPU reference is topk_cpu.cpp (a full stable sort per row).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cub/block/block_load.cuh>
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -684,6 +686,34 @@ void launch_split_kernel(void (*kernel)(Params...), unsigned grid, size_t smem, 
   check(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), what);
 }
 
+// The finisher sorting kSortItems columns per thread and how many candidates' keys it can hold in
+// dynamic shared memory beside its static storage (at most kTopkCandidates). Worked out and opted
+// in once per process, as the decode kernels do, so later calls (graph captures included) make no
+// attribute call; the device of the first call stands for all (one GPU model per process).
+struct Finisher {
+  void (*kernel)(TopkArgs, TopkOutputs, int, int64_t, void*, unsigned long long*);
+  int64_t capacity;
+};
+template <int kSortItems>
+Finisher finisher() {
+  static Finisher f{topk_split_finish<kSortItems>, 0};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int device = 0, optin = 0;
+    check(cudaGetDevice(&device), "top-k: current device");
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "top-k: shared memory limit");
+    cudaFuncAttributes attributes{};
+    check(cudaFuncGetAttributes(&attributes, f.kernel), "top-k finisher attributes");
+    const int64_t free_bytes = int64_t(optin) - int64_t(attributes.sharedSizeBytes);
+    f.capacity = std::min<int64_t>(kTopkCandidates, free_bytes > 0 ? free_bytes / int64_t(sizeof(uint32_t)) : 0);
+    if (f.capacity > 0)
+      check(cudaFuncSetAttribute(f.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(f.capacity * sizeof(uint32_t))),
+            "top-k finisher shared memory");
+  });
+  return f;
+}
+
 // Programmatic dependent launch needs compute capability 9.0.
 bool device_has_dependent_launch() {
   int device = 0, major = 0;
@@ -723,22 +753,22 @@ void topk(const TopkArgs& a, const TopkPlan& plan, void* workspace, size_t works
   const SplitLayout layout = split_layout(a.rows, plan.segments, plan.candidates);
   check(cudaMemsetAsync(workspace, 0, layout.zeroed_bytes, stream), "top-k workspace reset");
   const bool pdl = device_has_dependent_launch();
+  // A plan's candidates that this GPU's finisher cannot hold in shared memory (smaller GPUs than
+  // Hopper) take the three passes instead: the kernels then never filter (the workspace is larger
+  // than that path needs, which is fine).
+  const Finisher finish = a.k <= kTopkMaxK / 2 ? finisher<kTopkMaxK / 2 / kThreads>() : finisher<kTopkMaxK / kThreads>();
+  const int64_t candidates = plan.candidates <= finish.capacity ? plan.candidates : 0;
   launch_split_kernel(topk_split_pass<0>, grid, 0, stream, false, "top-k pass 0", a, plan.segments, plan.segment_len,
-                      plan.candidates, workspace);
+                      candidates, workspace);
   launch_split_kernel(topk_split_pass<1>, grid, 0, stream, pdl, "top-k pass 1", a, plan.segments, plan.segment_len,
-                      plan.candidates, workspace);
+                      candidates, workspace);
   launch_split_kernel(topk_split_pass<2>, grid, 0, stream, pdl, "top-k pass 2", a, plan.segments, plan.segment_len,
-                      plan.candidates, workspace);
+                      candidates, workspace);
   launch_split_kernel(topk_split_write, grid, 0, stream, pdl, "top-k filter or compaction", a, out, plan.segments,
-                      plan.segment_len, plan.candidates, workspace, error_count);
-  if (plan.candidates > 0) {
-    const int key_bytes = static_cast<int>(plan.candidates * sizeof(uint32_t));
-    auto* finish = a.k <= kTopkMaxK / 2 ? topk_split_finish<kTopkMaxK / 2 / kThreads> : topk_split_finish<kTopkMaxK / kThreads>;
-    check(cudaFuncSetAttribute(finish, cudaFuncAttributeMaxDynamicSharedMemorySize, key_bytes),
-          "top-k finisher shared memory");
-    launch_split_kernel(finish, static_cast<unsigned>(a.rows), key_bytes, stream, pdl, "top-k finisher", a, out,
-                        plan.segments, plan.candidates, workspace, error_count);
-  }
+                      plan.segment_len, candidates, workspace, error_count);
+  if (candidates > 0)
+    launch_split_kernel(finish.kernel, static_cast<unsigned>(a.rows), static_cast<size_t>(candidates * sizeof(uint32_t)),
+                        stream, pdl, "top-k finisher", a, out, plan.segments, candidates, workspace, error_count);
 }
 
 }  // namespace nvfp4mla::cuda
