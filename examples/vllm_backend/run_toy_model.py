@@ -55,7 +55,7 @@ class ToyModel:
         return h + attn.reshape(h.shape[0], -1).to(torch.bfloat16) @ self.w_o[layer]
 
 
-def reference_attention(config, kv_cache, q, indices, topk_length, sm_scale):
+def reference_attention(config, kv_cache, q, indices, topk_length, sm_scale, bf16_operands=False):
     """Plain torch: gather each row's records, dequantize (the library's CPU reader), einsum in fp64."""
     rows, heads, _ = q.shape
     flat = kv_cache.view(-1, config.record_bytes)
@@ -67,7 +67,9 @@ def reference_attention(config, kv_cache, q, indices, topk_length, sm_scale):
             continue
         records = nvfp4mla.gather_records(flat, slots)            # on the GPU
         kv_c, k_pe = nvfp4mla.decode(records.cpu().numpy(), config)  # CPU reader
-        k = torch.cat([torch.from_numpy(kv_c), torch.from_numpy(k_pe)], 1).double().to(q.device)
+        k = torch.cat([torch.from_numpy(kv_c), torch.from_numpy(k_pe)], 1).to(q.device)
+        # Kernels with BF16 matrix operands see the dequantized K and V rounded to BF16.
+        k = (k.to(torch.bfloat16) if bf16_operands else k).double()
         s = sm_scale * torch.einsum("hd,nd->hn", q[r].double(), k)
         out[r] = torch.einsum("hn,nd->hd", torch.softmax(s, dim=-1), k[:, :512])
     return out
@@ -144,18 +146,22 @@ def main():
         indices, lengths = selection(rows_positions)
         meta = builder.build(slot_mapping, indices, lengths, query_len=query_len)
         print(f"  route: {meta.route} ({meta.route_reason})" + (f"; {meta.plan}" if meta.plan else ""))
+        # The extend route runs the same kernel as the decode plan of its rows, with one split per row.
+        plan = meta.plan or nvfp4mla.plan_decode(config, meta.num_rows, args.heads, args.topk)
+        bf16_operands = plan.numerics()[0]
         h_ref = h.clone()
         for layer in range(LAYERS):
             kv_c, k_pe, q = model.project(layer, h)
             out, _ = impls[layer].forward(kv_c, k_pe, q, kv_caches[layer], meta)
             # The reference attends over the same cache with the same q (after the write).
-            want = reference_attention(impls[layer].config, kv_caches[layer], q, indices, lengths, impls[layer].sm_scale)
+            want = reference_attention(impls[layer].config, kv_caches[layer], q, indices, lengths, impls[layer].sm_scale,
+                                       bf16_operands)
             compare(f"layer {layer} attention", out.float(), want, failures)
             h = model.mix(layer, h, out)
             # The reference model runs its own chain from its own outputs.
             _, _, q_ref = model.project(layer, h_ref)
             want_chain = reference_attention(impls[layer].config, kv_caches[layer], q_ref, indices, lengths,
-                                             impls[layer].sm_scale)
+                                             impls[layer].sm_scale, bf16_operands)
             h_ref = model.mix(layer, h_ref, want_chain.to(torch.bfloat16))
         torch.cuda.synchronize()
         compare("hidden state after both layers", h.float(), h_ref.float(), failures, limit=2e-2)

@@ -244,7 +244,7 @@ TEST_P(IndexLogitsGpu, RaggedPerTokenRecordsAreRejected) {
 
 TEST_P(IndexLogitsGpu, PagedExact) {
   int combo = 0;
-  for (int64_t page_size : {64, 16, 4}) {
+  for (int64_t page_size : {64, 16, 4, 128, 192}) {
     for (int next_n : {1, 2, 3, 5}) {
       {
         const int heads = std::vector<int>{64, 32, 1, 48, 16}[combo++ % 5];

@@ -146,4 +146,77 @@ TEST(IndexSchedule, OperandPiecesTileSharedMemory) {
   EXPECT_EQ(core_offset(63, 7), 7 * 1024 + 7 * 128);
 }
 
+// A thread's four pieces of a tile are one piece of rows t0 + 16 u, at offsets 2048 u apart: the
+// kernel computes them from the first (TileLoader).
+TEST(IndexSchedule, ThreadPiecesStepByFixedRowsAndOffsets) {
+  for (int tid = 0; tid < 128; ++tid) {
+    int t0, c0;
+    piece_of(tid, t0, c0);
+    for (int u = 0; u < kPiecesPerThread; ++u) {
+      int t, c;
+      piece_of(tid + 128 * u, t, c);
+      ASSERT_EQ(t, t0 + kPieceRowStep * u) << tid << " " << u;
+      ASSERT_EQ(c, c0) << tid << " " << u;
+      ASSERT_EQ(core_offset(t, c), core_offset(t0, c0) + kPieceOffsetStep * u) << tid << " " << u;
+    }
+  }
+}
+
+// The weights' slots are a permutation, and one 16-byte load at 4 (4 jj + c) gives lane c of a quad
+// the weights of columns 8 j + 2 c, 8 j + 2 c + 1 for j = 2 jj and 2 jj + 1.
+TEST(IndexSchedule, WeightSlotsGiveEachLaneItsColumns) {
+  for (int n_cols : {128, 256}) {
+    std::vector<int> owner(n_cols, -1);
+    for (int n = 0; n < n_cols; ++n) {
+      const int slot = weight_slot(n);
+      ASSERT_GE(slot, 0);
+      ASSERT_LT(slot, n_cols);
+      ASSERT_EQ(owner[slot], -1) << "slot " << slot << " taken twice";
+      owner[slot] = n;
+    }
+    for (int jj = 0; jj < n_cols / 16; ++jj)
+      for (int c = 0; c < 4; ++c) {
+        const int base = 4 * (4 * jj + c);
+        EXPECT_EQ(owner[base + 0], 8 * (2 * jj) + 2 * c);
+        EXPECT_EQ(owner[base + 1], 8 * (2 * jj) + 2 * c + 1);
+        EXPECT_EQ(owner[base + 2], 8 * (2 * jj + 1) + 2 * c);
+        EXPECT_EQ(owner[base + 3], 8 * (2 * jj + 1) + 2 * c + 1);
+      }
+  }
+}
+
+// The quad reduce-scatter, with the shuffles played out over four simulated lanes: lane c ends with
+// the complete sums of quantities c n/4 .. (c + 1) n/4 - 1 (integers, so every order is exact).
+template <int kValues>
+void check_quad_reduce_scatter(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  float v[4][kValues], want[kValues] = {};
+  for (int lane = 0; lane < 4; ++lane)
+    for (int i = 0; i < kValues; ++i) {
+      v[lane][i] = static_cast<float>(static_cast<int>(rng() % 2001) - 1000);
+      want[i] += v[lane][i];
+    }
+  auto exchange = [&](int half, int partner_mask) {
+    float send[4][kValues];
+    for (int lane = 0; lane < 4; ++lane) {
+      const bool upper = (lane & partner_mask) != 0;
+      if (half == kValues / 2) quad_split<kValues / 2>(v[lane], upper, send[lane]);
+      else quad_split<kValues / 4>(v[lane], upper, send[lane]);
+    }
+    for (int lane = 0; lane < 4; ++lane)
+      for (int i = 0; i < half; ++i) v[lane][i] += send[lane ^ partner_mask][i];
+  };
+  exchange(kValues / 2, 2);
+  exchange(kValues / 4, 1);
+  for (int lane = 0; lane < 4; ++lane)
+    for (int i = 0; i < kValues / 4; ++i) EXPECT_EQ(v[lane][i], want[lane * (kValues / 4) + i]) << lane << " " << i;
+}
+
+TEST(IndexSchedule, QuadReduceScatterGivesEachLaneItsSums) {
+  check_quad_reduce_scatter<4>(1);   // 2 rows per block (64 heads, 128 columns)
+  check_quad_reduce_scatter<8>(2);   // 4 rows
+  check_quad_reduce_scatter<16>(3);  // 8 rows
+  check_quad_reduce_scatter<32>(4);  // 16 rows (16 heads, 256 columns)
+}
+
 }  // namespace

@@ -119,6 +119,15 @@ void chain(const Args& args, int64_t rows, const FusedSelectPlan& plan, void* wo
   auto* list = at<float>(workspace, plan.candidate_values_offset);
   void* topk_ws = plan.topk_workspace_bytes ? at<void>(workspace, plan.topk_workspace_offset) : nullptr;
   const int64_t candidates = plan.chunks * args.k;
+  if (plan.chunks == 1) {
+    // The fold of a single chunk's list returns that list unchanged (same k, same tie rule and
+    // order), so the chunk's top-k goes straight to the outputs, slot transform included.
+    score(0, logits, counter);
+    TopkArgs t = fused_chunk_topk_args(args, plan, 0, logits);
+    t.slots = fused_fold_args(args, plan, list, positions).slots;
+    topk(t, plan.chunk_topk, topk_ws, plan.topk_workspace_bytes, out, invalid_count, stream);
+    return;
+  }
   for (int64_t c = 0; c < plan.chunks; ++c) {
     score(c, logits, counter);
     topk(fused_chunk_topk_args(args, plan, c, logits), plan.chunk_topk, topk_ws, plan.topk_workspace_bytes,

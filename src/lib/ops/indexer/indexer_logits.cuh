@@ -85,49 +85,116 @@ struct Layout {
   static_assert(keys_off % kSwizzleAtomBytes == 0 && kTileBytes % kSwizzleAtomBytes == 0);
 };
 
+// Per-thread state of the tile loads. A thread moves the same four pieces of every tile (piece c
+// of rows t0 + 16 u, indexer_schedule.h), so everything but the tile's first key is computed once:
+// per tile a load costs one address multiply-add and the validity compares.
 template <Source S>
-struct KeySource {
+struct TileLoader {
   const Params& p;
   int64_t request;
-  // Pointers of key `key` (a key index of the buffer, or a token position of the request).
-  __device__ __forceinline__ void locate(int32_t key, const uint8_t*& values, const float*& scale) const {
+  int tid, t0, off0;               // off0: shared-memory offset of the thread's first piece
+  const uint8_t* values;           // contiguous: key 0's piece; paged: the cache
+  const float* scales;             // contiguous: key `tid`'s scale
+  int64_t value_stride, scale_stride;
+  int64_t page_bytes;              // paged: bytes of one page
+  int32_t page_size, piece_col;    // paged: byte offset of the thread's piece within a key's values
+  int32_t page_shift;              // log2(page_size) when a power of two, else -1
+  bool page_tiles;                 // paged and every tile inside one page (see the constructor)
+
+  __device__ __forceinline__ TileLoader(const Params& params, int64_t req, int thread) : p(params), request(req), tid(thread) {
+    int c;
+    piece_of(tid, t0, c);
+    off0 = core_offset(t0, c);
     if constexpr (S == Source::contiguous) {
-      values = p.key_values + key * p.key_value_stride;
-      scale = p.key_scales + key * p.key_scale_stride;
+      value_stride = p.key_value_stride;
+      scale_stride = p.key_scale_stride;
+      values = p.key_values + t0 * value_stride + c * 16;
+      scales = p.key_scales + tid * scale_stride;
     } else {
-      const uint32_t pos = static_cast<uint32_t>(key), ps = static_cast<uint32_t>(p.page_size);
-      const int64_t page = p.block_table[request * p.block_table_stride + pos / ps];
-      const uint8_t* base = p.cache + page * (int64_t(ps) * index_key::kRecordBytes);
-      const uint32_t off = pos % ps;
-      values = base + off * index_key::kValueBytes;
-      scale = reinterpret_cast<const float*>(base + int64_t(ps) * index_key::kValueBytes + off * index_key::kScaleBytes);
+      values = p.cache;
+      page_size = p.page_size;
+      page_bytes = int64_t(page_size) * index_key::kRecordBytes;
+      piece_col = c * 16;
+      page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
+    }
+    // Paged blocks hold rows of one request, all starting at token 0, so their tiles start at the
+    // chunk's first column plus multiples of 64: with pages of a multiple of 64 tokens a tile never
+    // crosses a page.
+    page_tiles = S == Source::paged && p.page_size % kTileKeys == 0 && p.chunk % kTileKeys == 0;
+  }
+
+  __device__ __forceinline__ int32_t page_of(int32_t pos) const {
+    const uint32_t u = static_cast<uint32_t>(pos);
+    const uint32_t entry = page_shift >= 0 ? u >> page_shift : u / static_cast<uint32_t>(page_size);
+    return p.block_table[request * p.block_table_stride + entry];
+  }
+  __device__ __forceinline__ int32_t in_page(int32_t pos) const {
+    const uint32_t u = static_cast<uint32_t>(pos);
+    return static_cast<int32_t>(page_shift >= 0 ? u & static_cast<uint32_t>(page_size - 1) : u % static_cast<uint32_t>(page_size));
+  }
+
+  // The block-table entry of the tile at k0 when tiles lie in one page (read a tile ahead of its
+  // loads, so that the read's latency hides behind a tile's MMA), else 0.
+  __device__ __forceinline__ int32_t tile_page(int32_t k0, int32_t key_limit) const {
+    if constexpr (S == Source::paged)
+      if (page_tiles && k0 < key_limit) return page_of(k0);
+    return 0;
+  }
+
+  // Issues the copies of the tile whose first key is k0 < key_limit (keys from key_limit on are
+  // zero-filled).
+  __device__ __forceinline__ void load(int32_t k0, int32_t page, int32_t key_limit, uint8_t* vals, float* scale_out) const {
+    const int32_t left = key_limit - k0;  // a tile row t exists when t < left
+    const uint8_t* dummy = p.q;           // any valid address: nothing is read when the size is 0
+    if constexpr (S == Source::contiguous) {
+      const uint8_t* g = values + int64_t(k0) * value_stride;
+#pragma unroll
+      for (int u = 0; u < kPiecesPerThread; ++u) {
+        const bool valid = t0 + kPieceRowStep * u < left;
+        ptx::cp_async_16_zfill(vals + off0 + u * kPieceOffsetStep, valid ? g : dummy, valid ? 16 : 0);
+        g += kPieceRowStep * value_stride;
+      }
+      if (tid < kTileKeys) {
+        const bool valid = tid < left;
+        ptx::cp_async_4_zfill(scale_out + tid, valid ? scales + int64_t(k0) * scale_stride : p.weights, valid ? 4 : 0);
+      }
+    } else if (page_tiles) {
+      const uint8_t* base = values + int64_t(page) * page_bytes;
+      const int32_t first = in_page(k0);
+      const uint8_t* g = base + (first + t0) * index_key::kValueBytes + piece_col;
+#pragma unroll
+      for (int u = 0; u < kPiecesPerThread; ++u) {
+        const bool valid = t0 + kPieceRowStep * u < left;
+        ptx::cp_async_16_zfill(vals + off0 + u * kPieceOffsetStep,
+                               valid ? g + u * kPieceRowStep * index_key::kValueBytes : dummy, valid ? 16 : 0);
+      }
+      if (tid < kTileKeys) {
+        const bool valid = tid < left;
+        const float* s = reinterpret_cast<const float*>(base + int64_t(page_size) * index_key::kValueBytes) + first + tid;
+        ptx::cp_async_4_zfill(scale_out + tid, valid ? s : p.weights, valid ? 4 : 0);
+      }
+    } else {  // pages smaller than a tile, or not a multiple of 64 tokens: each key's own page
+#pragma unroll
+      for (int u = 0; u < kPiecesPerThread; ++u) {
+        const int t = t0 + kPieceRowStep * u;
+        const bool valid = t < left;
+        const uint8_t* v = dummy;
+        if (valid) v = page_start(page_of(k0 + t)) + in_page(k0 + t) * index_key::kValueBytes + piece_col;
+        ptx::cp_async_16_zfill(vals + off0 + u * kPieceOffsetStep, v, valid ? 16 : 0);
+      }
+      if (tid < kTileKeys) {
+        const bool valid = tid < left;
+        const float* s = p.weights;
+        if (valid)
+          s = reinterpret_cast<const float*>(page_start(page_of(k0 + tid)) + int64_t(page_size) * index_key::kValueBytes) +
+              in_page(k0 + tid);
+        ptx::cp_async_4_zfill(scale_out + tid, s, valid ? 4 : 0);
+      }
     }
   }
-};
 
-template <Source S>
-__device__ __forceinline__ void load_tile(const KeySource<S>& src, int32_t k0, int32_t key_limit, uint8_t* vals,
-                                          float* scales, int tid) {
-#pragma unroll
-  for (int u = 0; u < kTileKeys * 8 / 128; ++u) {
-    int t, c;
-    piece_of(tid + 128 * u, t, c);
-    const int64_t key = int64_t(k0) + t;
-    const bool valid = key < key_limit;
-    const uint8_t* v = src.p.q;  // any valid address: nothing is read when the size is 0
-    const float* s;
-    if (valid) src.locate(static_cast<int32_t>(key), v, s);
-    ptx::cp_async_16_zfill(vals + core_offset(t, c), v + (valid ? c * 16 : 0), valid ? 16 : 0);
-  }
-  if (tid < kTileKeys) {
-    const int64_t key = int64_t(k0) + tid;
-    const bool valid = key < key_limit;
-    const uint8_t* v;
-    const float* s = src.p.weights;
-    if (valid) src.locate(static_cast<int32_t>(key), v, s);
-    ptx::cp_async_4_zfill(scales + tid, s, valid ? 4 : 0);
-  }
-}
+  __device__ __forceinline__ const uint8_t* page_start(int32_t page) const { return values + int64_t(page) * page_bytes; }
+};
 
 // D = tile x query block for one warpgroup (warp `warp` of it holds keys 16 warp .. +15).
 template <Mma E, int kN>
@@ -222,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   ptx::cp_async_commit();
   for (int n = tid; n < kN; n += kThreads) {
     const int r = n / kHp, h = n % kHp;
-    sw[n] = (r < rows_here && h < p.heads) ? p.weights[(first_row + r) * p.heads + h] : 0.0f;
+    sw[weight_slot(n)] = (r < rows_here && h < p.heads) ? p.weights[(first_row + r) * p.heads + h] : 0.0f;
   }
   ptx::cp_async_wait_all();
   wgmma::fence_proxy_async_smem();
@@ -240,18 +307,29 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
   uint8_t* ring = smem + L::keys_off + group * kStages * kTileBytes;
   float* scale_ring = reinterpret_cast<float*>(smem + L::scales_off) + group * kStages * kTileKeys;
-  const KeySource<S> src{p, request};
+  const TileLoader<S> loader(p, request, gtid);
   const TileWalk<kRows> walk{rr, span};
   int32_t load_k = walk.first(group), comp_k = load_k;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (load_k != INT_MAX) {
-      load_tile<S>(src, load_k, span.hi, ring + s * kTileBytes, scale_ring + s * kTileKeys, gtid);
+      loader.load(load_k, loader.tile_page(load_k, span.hi), span.hi, ring + s * kTileBytes, scale_ring + s * kTileKeys);
       load_k = walk.advance(load_k);
     }
     ptx::cp_async_commit();
   }
+  int32_t ahead_page = loader.tile_page(load_k, span.hi);
+
+  // Epilogue bookkeeping. A quad's lanes (c4 = 0..3) share a key pair; between them they hold the
+  // kValues sums (row r, key e) of that pair, value 2 r + e, each as four partial sums. After the
+  // quad reduce-scatter lane c4 holds values c4 kLaneValues .. + kLaneValues - 1 complete, and
+  // writes them: the row ranges of those values are kept in registers for the whole loop.
+  constexpr int kValues = 2 * kRows, kLaneValues = kValues / 4, kLaneRows = kLaneValues >= 2 ? kLaneValues / 2 : 1;
   const int g4 = lane >> 2, c4 = lane & 3;
+  RowRange lane_rows[kLaneRows];
+#pragma unroll
+  for (int m = 0; m < kLaneRows; ++m) lane_rows[m] = rr[(c4 * kLaneValues) / 2 + m];
+
   for (int it = 0; comp_k != INT_MAX; ++it) {
     const int stage = it % kStages;
     ptx::cp_async_wait_group<kStages - 2>();
@@ -259,8 +337,9 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     ptx::named_barrier_sync(1 + group, 128);  // tile `it` landed; tile it-1 fully consumed
     if (load_k != INT_MAX) {
       const int ls = (it + kStages - 1) % kStages;
-      load_tile<S>(src, load_k, span.hi, ring + ls * kTileBytes, scale_ring + ls * kTileKeys, gtid);
+      loader.load(load_k, ahead_page, span.hi, ring + ls * kTileBytes, scale_ring + ls * kTileKeys);
       load_k = walk.advance(load_k);
+      ahead_page = loader.tile_page(load_k, span.hi);
     }
     ptx::cp_async_commit();
 
@@ -268,38 +347,38 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     tile_product<E, kN>(acc, ring + stage * kTileBytes, sq, warp, lane);
 
     // Epilogue: keys kt[e] = 16 warp + g4 + 8 e of the tile; columns 8j + 2 c4 + {0, 1}.
-    float part[kRows][2];
+    constexpr int kBlocksPerRow = kHp / 8;
+    float vals[kValues];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) part[r][0] = part[r][1] = 0.0f;
+    for (int v = 0; v < kValues; ++v) vals[v] = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      constexpr int kBlocksPerRow = kHp / 8;
-      const int r = j / kBlocksPerRow;
-      const float2 w = *reinterpret_cast<const float2*>(sw + 8 * j + 2 * c4);
-      part[r][0] = fmaf(w.x, fmaxf(acc[j][0], 0.0f), part[r][0]);
-      part[r][0] = fmaf(w.y, fmaxf(acc[j][1], 0.0f), part[r][0]);
-      part[r][1] = fmaf(w.x, fmaxf(acc[j][2], 0.0f), part[r][1]);
-      part[r][1] = fmaf(w.y, fmaxf(acc[j][3], 0.0f), part[r][1]);
-    }
+    for (int jj = 0; jj < kN / 16; ++jj) {
+      const float4 w = *reinterpret_cast<const float4*>(sw + 4 * (4 * jj + c4));
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        part[r][e] += __shfl_xor_sync(0xFFFFFFFFu, part[r][e], 1);
-        part[r][e] += __shfl_xor_sync(0xFFFFFFFFu, part[r][e], 2);
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * jj + h, r = j / kBlocksPerRow;
+        const float wx = h ? w.z : w.x, wy = h ? w.w : w.y;
+        vals[2 * r] = fmaf(wx, fmaxf(acc[j][0], 0.0f), vals[2 * r]);
+        vals[2 * r] = fmaf(wy, fmaxf(acc[j][1], 0.0f), vals[2 * r]);
+        vals[2 * r + 1] = fmaf(wx, fmaxf(acc[j][2], 0.0f), vals[2 * r + 1]);
+        vals[2 * r + 1] = fmaf(wy, fmaxf(acc[j][3], 0.0f), vals[2 * r + 1]);
       }
+    }
+    float send[kValues / 2];
+    quad_split<kValues / 2>(vals, (c4 & 2) != 0, send);
+#pragma unroll
+    for (int i = 0; i < kValues / 2; ++i) vals[i] += __shfl_xor_sync(0xFFFFFFFFu, send[i], 2);
+    quad_split<kValues / 4>(vals, (c4 & 1) != 0, send);
+#pragma unroll
+    for (int i = 0; i < kLaneValues; ++i) vals[i] += __shfl_xor_sync(0xFFFFFFFFu, send[i], 1);
     const float* sc = scale_ring + stage * kTileKeys;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
+    for (int i = 0; i < kLaneValues; ++i) {
+      const int v = c4 * kLaneValues + i, e = v & 1;
+      const RowRange& x = lane_rows[kLaneValues >= 2 ? i / 2 : 0];
       const int kt = 16 * warp + g4 + 8 * e;
-      const int64_t key = int64_t(comp_k) + kt;
-      const float scale = sc[kt];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if ((r & 3) != c4) continue;  // the quad's lanes share the rows out
-        const RowRange x = rr[r];
-        if (key >= x.lo && key < x.hi) p.logits[x.out_off + key] = scale * part[r][e];
-      }
+      // Relative to the tile (comp_k + kt may pass INT32_MAX near the end of a 2^31-key buffer).
+      if (kt >= x.lo - comp_k && kt < x.hi - comp_k) p.logits[x.out_off + comp_k + kt] = sc[kt] * vals[i];
     }
     comp_k = walk.advance(comp_k);
   }

@@ -54,6 +54,35 @@ NVFP4MLA_HD void piece_of(int idx, int& row, int& chunk) {
   chunk = (unit & 1) * 4 + (lane >> 3);
 }
 
+// A warpgroup's 128 threads move a tile's 64 rows x 8 pieces, four pieces each: thread `tid`'s
+// pieces are piece_of(tid + 128 u), u < 4, which are one piece c of the rows t + 16 u (t, c from
+// piece_of(tid)), so their shared-memory offsets are core_offset(t, c) + u * kPieceOffsetStep.
+inline constexpr int kPiecesPerThread = kTileKeys * 8 / 128;
+inline constexpr int kPieceRowStep = 16;
+inline constexpr int kPieceOffsetStep = 2 * kSwizzleAtomBytes;
+
+// Where the weight of query column n is kept in shared memory: lane c (0..3) of a quad needs the
+// weights of columns 8 j + 2 c and 8 j + 2 c + 1 (its accumulator columns of 8-column block j);
+// those of blocks 2 jj and 2 jj + 1 sit together at floats 4 (4 jj + c) .. + 3, one 16-byte load.
+NVFP4MLA_HD int weight_slot(int n) {
+  const int j = n >> 3, c = (n & 7) >> 1, b = n & 1;
+  return ((j >> 1) * 4 + c) * 4 + (j & 1) * 2 + b;
+}
+
+// One exchange of the epilogue's quad reduce-scatter. The four lanes of a quad each hold partial
+// sums of the same 2 kHalf quantities; a lane keeps the half chosen by `upper` in v[0, kHalf) and
+// puts the other half in `send` for its partner, which adds it to its own kept half. Two exchanges
+// (partners lane ^ 2 with upper = lane & 2, then lane ^ 1 with upper = lane & 1, halving each time)
+// leave lane c with the complete sums of quantities c n / 4 .. (c + 1) n / 4 - 1 of the n.
+template <int kHalf>
+NVFP4MLA_HD void quad_split(float* v, bool upper, float* send) {
+  for (int i = 0; i < kHalf; ++i) {
+    const float lo = v[i], hi = v[i + kHalf];
+    send[i] = upper ? lo : hi;
+    v[i] = upper ? hi : lo;
+  }
+}
+
 // The smallest key >= k that some row needs, INT_MAX if none.
 template <int kRows>
 NVFP4MLA_HD int32_t next_needed(const RowRange* rr, int32_t k) {
@@ -108,6 +137,8 @@ struct TileWalk {
     return k;
   }
   NVFP4MLA_HD int32_t advance(int32_t k) const {  // the same warpgroup's next tile
+    // Gapless: kGroups steps of 64 keys, or the end (one compare instead of kGroups).
+    if (span.gapless) return int64_t(k) + kGroups * kTileKeys < span.hi ? k + kGroups * kTileKeys : INT_MAX;
     for (int i = 0; i < kGroups && k != INT_MAX; ++i) k = step(k);
     return k;
   }
