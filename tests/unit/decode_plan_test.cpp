@@ -22,14 +22,15 @@ TEST(DecodePlan, HeadGroupsAreNativeNotPaddedTo64) {
   const RecordSpec spec = kSpecNvfp4Fp8Rope;
   EXPECT_EQ(plan_sparse_decode(spec, 128, 8, 2048, kH200).head_group, 16);
   EXPECT_EQ(plan_sparse_decode(spec, 128, 16, 2048, kH200).head_group, 16);
-  // 17-32 heads: two groups of the 16-head kernel with NVFP4 records, 32-row tiles otherwise.
+  // 17-32 heads: two groups of the 16-head kernel with NVFP4 records, one padded 64-head group with
+  // FP8 records, 32-row tiles with BF16.
   for (int heads : {17, 24, 32}) {
     const auto p = plan_sparse_decode(spec, 128, heads, 2048, kH200);
     EXPECT_EQ(p.head_group, 16);
     EXPECT_EQ(p.num_head_groups, 2);
     EXPECT_EQ(p.warps, decode::kSm90H16Warps);
     EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Bf16Rope, 128, heads, 2048, kH200).head_group, 16);
-    EXPECT_EQ(plan_sparse_decode(kSpecFp8, 128, heads, 2048, kH200).head_group, 32);
+    EXPECT_EQ(plan_sparse_decode(kSpecFp8, 128, heads, 2048, kH200).head_group, 64);  // one padded 64-head group
     EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, heads, 2048, kH200).head_group, 32);
   }
   EXPECT_EQ(plan_sparse_decode(spec, 128, 33, 2048, kH200).head_group, 64);
@@ -139,6 +140,8 @@ TEST(DecodePlan, WideTilesKeepSplitsWhole) {
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 64), DecodeKernel::sm90_ws);  // 64 heads: no pair
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 128), DecodeKernel::sm90_ws_pair);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm90_h16);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 32), DecodeKernel::sm90_ws);  // padded to one 64-head group
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws);
   for (int heads : {128, 256})
     for (int rows : {1, 4, 32, 256})
       for (int topk : {64, 100, 2048, 2080, 16384})
@@ -197,7 +200,8 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   EXPECT_TRUE(kH200.wgmma && kH200.clusters);
   EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm80_h16);
   EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm80_mma);
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm80_mma);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws);
+  EXPECT_EQ(default_decode_kernel(a100, kSpecFp8, 16), DecodeKernel::sm80_mma);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 64), DecodeKernel::sm90_ws);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 32), DecodeKernel::sm80_mma);
   for (const RecordSpec& spec : kAllRecordSpecs)

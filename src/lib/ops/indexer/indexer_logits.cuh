@@ -41,7 +41,6 @@ using namespace indexer_schedule;
 enum class Mma { wgmma, mma_sync };
 enum class Source { contiguous, paged };
 
-inline constexpr int kStages = 4;  // tiles in flight per warpgroup
 inline constexpr int kThreads = 128 * kGroups;
 inline constexpr int kDim = index_key::kDim;
 inline constexpr int kTileBytes = kTileKeys * kDim;  // 8 KB
@@ -73,8 +72,17 @@ struct Params {
   const unsigned long long* invalid_count;
 };
 
+// 256-column blocks split each tile's product into two 128-column halves with their own
+// accumulators, so that a warpgroup's tensor-core work for one half runs while it sums the other
+// (the epilogue, on the CUDA cores); they keep one more tile in the ring because a tile's second
+// half is summed during the next tile's first.
+template <Mma E, int kN>
+inline constexpr bool kSplitHalves = E == Mma::wgmma && kN == 256;
+template <Mma E, int kN>
+inline constexpr int kRingTiles = kSplitHalves<E, kN> ? 5 : 4;
+
 // Operands first: every tile starts at a multiple of 1024 bytes (swizzle atoms).
-template <int kN>
+template <int kN, int kStages>
 struct Layout {
   static constexpr int q_off = 0;                                       // kN x 128 bytes
   static constexpr int keys_off = q_off + kN * kDim;                    // kGroups x kStages tiles
@@ -239,12 +247,26 @@ __device__ __forceinline__ void tile_product(float (&acc)[kN / 8][4], const uint
   }
 }
 
+// Issues D = tile x (kCols query columns at qs) for one warpgroup without waiting (wgmma only).
+template <int kCols>
+__device__ __forceinline__ void issue_product(float (&acc)[kCols / 8][4], const uint8_t* tile, const uint8_t* qs) {
+  const uint64_t da = wgmma::smem_desc_sw128(ptx::smem_addr(tile), kSwizzleAtomBytes);
+  const uint64_t db = wgmma::smem_desc_sw128(ptx::smem_addr(qs), kSwizzleAtomBytes);
+  wgmma::fence_operand(acc);
+  wgmma::fence();
+#pragma unroll
+  for (int s = 0; s < kDim / 32; ++s)
+    wgmma::m64nk32_e4m3<kCols / 8>(acc, wgmma::desc_advance(da, 32 * s), wgmma::desc_advance(db, 32 * s), s > 0);
+  wgmma::commit();
+}
+
 // One block per SM for the wide query blocks, and for mma.sync, whose B fragments need the
 // registers (two blocks of 128 columns spill there); two for wgmma with 128 columns.
 template <Mma E, Source S, int kHp, int kN>
 __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 1 : 2) indexer_logits_kernel(const Params p) {
   constexpr int kRows = kN / kHp;
-  using L = Layout<kN>;
+  constexpr int kStages = kRingTiles<E, kN>;
+  using L = Layout<kN, kStages>;
   if (*p.invalid_count != 0) return;  // bad metadata: write nothing
   extern __shared__ __align__(1024) uint8_t smem[];  // swizzle atoms are 1024-byte aligned
   uint8_t* sq = smem + L::q_off;
@@ -304,6 +326,11 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   if (span.lo >= span.hi) return;
 
   // ---- per-warpgroup pipeline ----------------------------------------------------------------
+  // A tile's ring slot is reloaded only after every thread of the warpgroup has summed it: one
+  // iteration after its product with one accumulator, two with split halves. So the ring holds
+  // kAhead tiles ahead of the one being multiplied.
+  constexpr bool kSplit = kSplitHalves<E, kN>;
+  constexpr int kAhead = kSplit ? kStages - 2 : kStages - 1;
   const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
   uint8_t* ring = smem + L::keys_off + group * kStages * kTileBytes;
   float* scale_ring = reinterpret_cast<float*>(smem + L::scales_off) + group * kStages * kTileKeys;
@@ -311,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   const TileWalk<kRows> walk{rr, span};
   int32_t load_k = walk.first(group), comp_k = load_k;
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kAhead; ++s) {
     if (load_k != INT_MAX) {
       loader.load(load_k, loader.tile_page(load_k, span.hi), span.hi, ring + s * kTileBytes, scale_ring + s * kTileKeys);
       load_k = walk.advance(load_k);
@@ -320,40 +347,40 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   }
   int32_t ahead_page = loader.tile_page(load_k, span.hi);
 
-  // Epilogue bookkeeping. A quad's lanes (c4 = 0..3) share a key pair; between them they hold the
-  // kValues sums (row r, key e) of that pair, value 2 r + e, each as four partial sums. After the
-  // quad reduce-scatter lane c4 holds values c4 kLaneValues .. + kLaneValues - 1 complete, and
-  // writes them: the row ranges of those values are kept in registers for the whole loop.
-  constexpr int kValues = 2 * kRows, kLaneValues = kValues / 4, kLaneRows = kLaneValues >= 2 ? kLaneValues / 2 : 1;
+  // Epilogue bookkeeping, per part of the columns (two 128-column halves when split, else one):
+  // a quad's lanes (c4 = 0..3) share a key pair; between them they hold the kValues sums (row r of
+  // the part, key e) of that pair, value 2 r + e, each as four partial sums. After the quad
+  // reduce-scatter lane c4 holds values c4 kLaneValues .. + kLaneValues - 1 complete, and writes
+  // them: the row ranges of those values are kept in registers for the whole loop.
+  // 256 columns are summed as two 128-column parts with either engine (half the epilogue's
+  // registers); only wgmma also splits the product.
+  constexpr int kParts = kN == 256 ? 2 : 1, kPartCols = kN / kParts, kPartRows = kPartCols / kHp;
+  static_assert(!kSplit || kParts == 2);
+  constexpr int kValues = 2 * kPartRows, kLaneValues = kValues / 4, kLaneRows = kLaneValues >= 2 ? kLaneValues / 2 : 1;
+  static_assert(kValues >= 4, "the quad reduce-scatter needs 4 values per part");
   const int g4 = lane >> 2, c4 = lane & 3;
-  RowRange lane_rows[kLaneRows];
+  // Up to two row ranges stay in registers (64 and 32 heads); more (16 heads) are read from shared
+  // memory, where registers would spill.
+  constexpr bool kRowsInRegisters = kParts * kLaneRows <= 2;
+  auto lane_row_index = [&](int part, int m) { return part * kPartRows + (c4 * kLaneValues) / 2 + m; };
+  RowRange lane_rows[kRowsInRegisters ? kParts : 1][kRowsInRegisters ? kLaneRows : 1];
+  if constexpr (kRowsInRegisters) {
 #pragma unroll
-  for (int m = 0; m < kLaneRows; ++m) lane_rows[m] = rr[(c4 * kLaneValues) / 2 + m];
+    for (int part = 0; part < kParts; ++part)
+#pragma unroll
+      for (int m = 0; m < kLaneRows; ++m) lane_rows[part][m] = rr[lane_row_index(part, m)];
+  }
 
-  for (int it = 0; comp_k != INT_MAX; ++it) {
-    const int stage = it % kStages;
-    ptx::cp_async_wait_group<kStages - 2>();
-    wgmma::fence_proxy_async_smem();
-    ptx::named_barrier_sync(1 + group, 128);  // tile `it` landed; tile it-1 fully consumed
-    if (load_k != INT_MAX) {
-      const int ls = (it + kStages - 1) % kStages;
-      loader.load(load_k, ahead_page, span.hi, ring + ls * kTileBytes, scale_ring + ls * kTileKeys);
-      load_k = walk.advance(load_k);
-      ahead_page = loader.tile_page(load_k, span.hi);
-    }
-    ptx::cp_async_commit();
-
-    float acc[kN / 8][4];
-    tile_product<E, kN>(acc, ring + stage * kTileBytes, sq, warp, lane);
-
-    // Epilogue: keys kt[e] = 16 warp + g4 + 8 e of the tile; columns 8j + 2 c4 + {0, 1}.
+  // Sums part `part` of the product of the tile at tile_k (ring slot `stage`) into its logits.
+  // Keys kt[e] = 16 warp + g4 + 8 e of the tile; the part's columns 8 j + 2 c4 + {0, 1}.
+  auto epilogue = [&](const float (&acc)[kPartCols / 8][4], int part, int32_t tile_k, int stage) {
     constexpr int kBlocksPerRow = kHp / 8;
     float vals[kValues];
 #pragma unroll
     for (int v = 0; v < kValues; ++v) vals[v] = 0.0f;
 #pragma unroll
-    for (int jj = 0; jj < kN / 16; ++jj) {
-      const float4 w = *reinterpret_cast<const float4*>(sw + 4 * (4 * jj + c4));
+    for (int jj = 0; jj < kPartCols / 16; ++jj) {
+      const float4 w = *reinterpret_cast<const float4*>(sw + 4 * (4 * (part * kPartCols / 16 + jj) + c4));
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int j = 2 * jj + h, r = j / kBlocksPerRow;
@@ -374,13 +401,66 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     const float* sc = scale_ring + stage * kTileKeys;
 #pragma unroll
     for (int i = 0; i < kLaneValues; ++i) {
-      const int v = c4 * kLaneValues + i, e = v & 1;
-      const RowRange& x = lane_rows[kLaneValues >= 2 ? i / 2 : 0];
+      const int e = (c4 * kLaneValues + i) & 1;
+      const int m = kLaneValues >= 2 ? i / 2 : 0;
+      const RowRange x = kRowsInRegisters ? lane_rows[kRowsInRegisters ? part : 0][kRowsInRegisters ? m : 0] : rr[lane_row_index(part, m)];
       const int kt = 16 * warp + g4 + 8 * e;
-      // Relative to the tile (comp_k + kt may pass INT32_MAX near the end of a 2^31-key buffer).
-      if (kt >= x.lo - comp_k && kt < x.hi - comp_k) p.logits[x.out_off + comp_k + kt] = sc[kt] * vals[i];
+      // Relative to the tile (tile_k + kt may pass INT32_MAX near the end of a 2^31-key buffer).
+      if (kt >= x.lo - tile_k && kt < x.hi - tile_k) p.logits[x.out_off + tile_k + kt] = sc[kt] * vals[i];
     }
+  };
+
+  // Split: the two halves' accumulators.
+  [[maybe_unused]] float acc[kSplit ? kPartCols / 8 : 1][4];
+  [[maybe_unused]] float acc_second[kSplit ? kPartCols / 8 : 1][4];
+  int32_t prev_k = INT_MAX;
+  int prev_stage = 0;
+  for (int it = 0; comp_k != INT_MAX; ++it) {
+    const int stage = it % kStages;
+    ptx::cp_async_wait_group<kAhead - 1>();
+    wgmma::fence_proxy_async_smem();
+    // Tile `it` landed for every thread; every thread has summed the tiles up to it - 1 (split:
+    // it - 2), whose slots are free again.
+    ptx::named_barrier_sync(1 + group, 128);
+    if (load_k != INT_MAX) {
+      const int ls = (it + kAhead) % kStages;
+      loader.load(load_k, ahead_page, span.hi, ring + ls * kTileBytes, scale_ring + ls * kTileKeys);
+      load_k = walk.advance(load_k);
+      ahead_page = loader.tile_page(load_k, span.hi);
+    }
+    ptx::cp_async_commit();
+
+    const uint8_t* tile = ring + stage * kTileBytes;
+    if constexpr (kSplit) {
+      // In flight on entry: the previous tile's second half. Queue this tile's first half, sum the
+      // previous second half, queue this second half, sum this first half.
+      issue_product<kPartCols>(acc, tile, sq);
+      if (prev_k != INT_MAX) {
+        wgmma::wait<1>();
+        wgmma::fence_operand(acc_second);
+        epilogue(acc_second, 1, prev_k, prev_stage);
+      }
+      issue_product<kPartCols>(acc_second, tile, sq + kPartCols * kDim);
+      wgmma::wait<1>();
+      wgmma::fence_operand(acc);
+      epilogue(acc, 0, comp_k, stage);
+    } else {
+      float whole[kN / 8][4];
+      tile_product<E, kN>(whole, tile, sq, warp, lane);
+#pragma unroll
+      for (int part = 0; part < kParts; ++part)
+        epilogue(*reinterpret_cast<const float(*)[kPartCols / 8][4]>(&whole[part * kPartCols / 8][0]), part, comp_k, stage);
+    }
+    prev_k = comp_k;
+    prev_stage = stage;
     comp_k = walk.advance(comp_k);
+  }
+  if constexpr (kSplit) {
+    if (prev_k != INT_MAX) {
+      wgmma::wait<0>();
+      wgmma::fence_operand(acc_second);
+      epilogue(acc_second, 1, prev_k, prev_stage);
+    }
   }
 }
 
@@ -403,7 +483,7 @@ namespace nvfp4mla::cuda::indexer_kernels {
 
 template <Mma E, Source S, int kHp, int kN>
 void launch_one(const Params& p, dim3 grid, cudaStream_t stream) {
-  constexpr int bytes = Layout<kN>::bytes(kN / kHp);
+  constexpr int bytes = Layout<kN, kRingTiles<E, kN>>::bytes(kN / kHp);
   static std::once_flag once;
   std::call_once(once, [] {
     check(cudaFuncSetAttribute(indexer_logits_kernel<E, S, kHp, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),

@@ -139,6 +139,11 @@ DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec,
   // 16-head groups of a 16-head kernel: on the H200, rows 128 x 32 heads in the 32-head tiles of
   // sm80_mma took 182.9 us, as long as 128 x 128 heads; as two 16-head groups 111.3 us.
   if (spec.is_nvfp4() && heads <= 32) return arch.wgmma ? DecodeKernel::sm90_h16 : DecodeKernel::sm80_h16;
+  // FP8 records with up to 32 heads run one 64-head group of the warp-specialized kernel, padded
+  // (FlashMLA pads to 64 too): in sm80_mma's 16- and 32-row tiles they took longer than 64 heads
+  // (H200, 256 rows: 328.4 us at 32 heads, 286.4 at 16, 263.3 at 64). BF16 records stay there:
+  // 330.1 / 245.9 us against 391.8 at 64 heads.
+  if (spec.dtype == CacheDtype::fp8_ds_mla && heads <= 32 && arch.wgmma) return DecodeKernel::sm90_ws;
   if (heads <= 32 || !arch.wgmma) return DecodeKernel::sm80_mma;
   if (((heads + decode::kWsHeads - 1) / decode::kWsHeads) % 2 == 0 && arch.clusters)
     return spec.is_nvfp4() ? DecodeKernel::sm90_ws_pair_wide : DecodeKernel::sm90_ws_pair;
