@@ -3,6 +3,7 @@
 // metadata, derive each chunk's context lengths and copy chunk candidates into the row's list.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -19,23 +20,20 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string(kOp) + ": " + what + ": " + cudaGetErrorString(e));
 }
 
-// One block per request: a context outside 0..max_context, one needing more pages than the
-// table's width, and each table entry it needs outside the cache count as one error each.
+// Blocks (request, part): a context outside 0..max_context and one needing more pages than the
+// table's width count as one error each (part 0), and each table entry the request needs outside
+// the cache as one; the parts of a request split its entries (a 1M-token context has 16,384).
 __global__ void check_requests(const int32_t* __restrict__ context_lens, const int32_t* __restrict__ table, int64_t table_stride,
                                int64_t page_size, int64_t num_pages, int64_t max_context, unsigned long long* invalid_count) {
   const int64_t b = blockIdx.x;
   const int64_t len = context_lens[b];
-  if (len < 0 || len > max_context) {
-    if (threadIdx.x == 0) atomicAdd(invalid_count, 1ull);
-    return;
-  }
-  const int64_t pages = (len + page_size - 1) / page_size;
-  if (pages > table_stride) {
-    if (threadIdx.x == 0) atomicAdd(invalid_count, 1ull);
+  const int64_t pages = len < 0 ? 0 : (len + page_size - 1) / page_size;
+  if (len < 0 || len > max_context || pages > table_stride) {
+    if (blockIdx.y == 0 && threadIdx.x == 0) atomicAdd(invalid_count, 1ull);
     return;
   }
   unsigned long long bad = 0;
-  for (int64_t p = threadIdx.x; p < pages; p += blockDim.x) {
+  for (int64_t p = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; p < pages; p += int64_t(gridDim.y) * blockDim.x) {
     const int32_t e = table[b * table_stride + p];
     bad += (e < 0 || e >= num_pages) ? 1 : 0;
   }
@@ -149,7 +147,11 @@ void fused_select(const FusedSelectArgs& args, const FusedSelectPlan& plan, void
   const IndexerPagedArgs& keys = args.keys;
   check(cudaMemsetAsync(invalid_count, 0, sizeof *invalid_count, stream), "cudaMemsetAsync");
   if (keys.rows() == 0) return;
-  check_requests<<<static_cast<unsigned>(keys.requests), 128, 0, stream>>>(keys.context_lens, keys.block_table,
+  constexpr int64_t kCheckThreads = 128, kMaxCheckParts = 64;
+  const int64_t max_pages = (args.max_context + keys.page_size - 1) / keys.page_size;
+  const dim3 check_grid(static_cast<unsigned>(keys.requests),
+                        static_cast<unsigned>(std::clamp<int64_t>((max_pages + kCheckThreads - 1) / kCheckThreads, 1, kMaxCheckParts)));
+  check_requests<<<check_grid, kCheckThreads, 0, stream>>>(keys.context_lens, keys.block_table,
                                                                            keys.block_table_stride, keys.page_size,
                                                                            keys.num_pages, args.max_context, invalid_count);
   check(cudaGetLastError(), "check_requests launch");
