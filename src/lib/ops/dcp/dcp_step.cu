@@ -78,10 +78,11 @@ void dcp_local_to_global(const DcpPlacement& p, int rank, int32_t* positions, in
 void dcp_decode_step(DcpCommunicator& comm, const DcpStepArgs& a, const DcpStepPlan& plan, const DcpRankStep* rs,
                      void* const* workspaces, size_t workspace_bytes, const cudaStream_t* streams) {
   const int local = comm.local_ranks();
-  validate_dcp_step_args(a, rs, local);
+  // The world first: rank_steps holds one entry per local rank of a matching communicator.
   if (comm.world_size() != a.placement.ranks)
     throw Error("dcp step: the communicator's world size " + std::to_string(comm.world_size()) +
                 " is not the placement's ranks " + std::to_string(a.placement.ranks));
+  validate_dcp_step_args(a, rs, local);
   if (!workspaces || !streams) throw Error("dcp step: workspaces and streams are required");
   if (workspace_bytes < plan.workspace_bytes)
     throw Error("dcp step: workspace_bytes " + std::to_string(workspace_bytes) + " < the plan's " +
