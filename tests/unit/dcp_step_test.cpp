@@ -13,6 +13,7 @@
 
 #include "nvfp4mla/dcp.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/eval/dcp_union.h"
 #include "nvfp4mla/sparse_mla.h"
 #include "nvfp4mla/topk.h"
 #include "support/dcp_step_problem.h"
@@ -204,4 +205,49 @@ TEST(DcpStep, BadArgumentsThrowAndWriteNothing) {
   // A rank's local length past columns: topk_reference rejects it.
   std::vector<int32_t> long_len(p.rows, static_cast<int32_t>(p.columns + 1));
   expect_throw([&](DcpStepArgs&, Steps& st) { st[0].lengths = long_len.data(); }, "length");
+}
+
+// ---- union mode's quality measurement (eval/dcp_union.h) ----
+
+// One rank: the union is the exact selection (no difference); k_rank = k keeps every exact entry
+// (recall 1, up to N k tokens); k_rank = k / N attends at most k tokens.
+TEST(DcpUnionEval, CellsFollowTheGuarantees) {
+  eval::DcpUnionOptions o;
+  o.context = 3000;
+  o.rows = 2;
+  o.k = 128;
+  o.ranks = {1, 4};
+  o.interleaves = {1, 16};
+  o.threads = 2;
+  const std::vector<eval::DcpUnionCell> cells = eval::evaluate_dcp_union(o);
+  ASSERT_EQ(cells.size(), 6u);  // N = 1: k only; N = 4: k and k / 4
+  for (const auto& c : cells) {
+    SCOPED_TRACE(::testing::Message() << "N=" << c.ranks << " interleave " << c.interleave << " k_rank " << c.k_rank);
+    EXPECT_EQ(c.rows, 2);
+    if (c.ranks == 1) {
+      EXPECT_EQ(c.recall, 1.0);
+      EXPECT_EQ(c.union_size, 1.0);
+      EXPECT_EQ(c.max_rel_l2, 0.0);
+      EXPECT_EQ(c.needles, 2);
+    } else if (c.k_rank == o.k) {
+      EXPECT_EQ(c.min_recall, 1.0);
+      EXPECT_GT(c.union_size, 1.0);
+      EXPECT_LE(c.union_size, 4.0);
+      EXPECT_GT(c.max_rel_l2, 0.0);
+    } else {
+      EXPECT_EQ(c.k_rank, o.k / 4);
+      EXPECT_LE(c.union_size, 1.0);
+      EXPECT_LE(c.recall, 1.0);
+      EXPECT_GT(c.recall, 0.5);
+    }
+    EXPECT_LE(c.mean_rel_l2, c.max_rel_l2);
+    EXPECT_LE(c.mean_cos_diff, c.max_cos_diff);
+  }
+  o.k = 0;
+  EXPECT_THROW(eval::evaluate_dcp_union(o), Error);
+  o.k = 128;
+  o.ranks = {3};
+  EXPECT_NO_THROW(eval::evaluate_dcp_union(o));  // any N >= 1
+  o.interleaves = {3};
+  EXPECT_THROW(eval::evaluate_dcp_union(o), Error);
 }

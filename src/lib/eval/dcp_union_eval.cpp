@@ -133,9 +133,10 @@ std::vector<DcpUnionCell> evaluate_dcp_union(const DcpUnionOptions& o) {
   };
   std::vector<Task> tasks;
   for (int n : o.ranks)
-    for (int il : o.interleaves)
-      for (int kr : {o.k, std::max(1, o.k / n)})
-        if (kr == o.k || n > 1) tasks.push_back({n, il, kr});  // N = 1: k / N is k
+    for (int il : o.interleaves) {
+      tasks.push_back({n, il, o.k});
+      if (n > 1) tasks.push_back({n, il, std::max(1, o.k / n)});  // N = 1: k / N is k
+    }
   struct RowResult {
     double recall = 0;
     int64_t size = 0;
