@@ -31,6 +31,7 @@
 
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/format.h"
+#include "nvfp4mla/fused_select.h"
 #include "nvfp4mla/sparse_mla.h"
 #include "nvfp4mla/topk.h"
 
@@ -146,9 +147,12 @@ void validate_dcp_merge_topk_args(const DcpTopkMergeArgs& args, const TopkOutput
 // ---- the decode step under DCP ----
 //
 // One layer's selection and attention over N ranks (docs/DCP.md, "The DCP step"). Each rank
-// holds the indexer logits of its own tokens (cuda::indexer_logits over its index key cache,
-// columns = local positions) and its latent cache. Per rank:
-//   1. the top-k of its logits over its local row lengths (dcp_local_row_lengths), its local
+// holds its latent cache and either the indexer logits of its own tokens (columns = local
+// positions) or its index key cache, from which the step computes them. Per rank:
+//   1. the top-k of its logits over its local row lengths (dcp_local_row_lengths): given
+//      logits through top-k (topk.h); or, with an indexer (index_heads > 0), fused selection
+//      (fused_select.h) over the rank's index key cache, each row its own request (its table
+//      row and its local length, so MTP rows see exactly their causal tokens); its local
 //      positions turned into global ones (dcp_local_to_global): (value, global position)
 //      candidates;
 //   2. exact mode: the candidates of all ranks all-gathered and merged into the global top-k
@@ -191,6 +195,14 @@ struct DcpStepArgs {
   float sm_scale = 0.0f;
   float layer_scale = 1.0f;
   LseBase lse_base = LseBase::natural;
+  // The indexer (optional). index_heads 0: each rank passes its logits and local lengths.
+  // index_heads 1..64: each rank passes its index key cache (index_pages pages of
+  // slots.page_size keys, index_key.h; the pages of its latent cache), the index queries and the
+  // context lengths, and the step selects with its indexer; slots.rows_per_request must be
+  // next_n (rows b * next_n + i belong to request b, indexer.h's causal rows).
+  int index_heads = 0;
+  int64_t index_pages = 0;
+  int next_n = 1;
 };
 
 // One rank's inputs and outputs (device pointers on the GPU, host pointers in the reference).
@@ -209,7 +221,13 @@ struct DcpRankStepOf {
   float* values = nullptr;              // [rows, k] their logits, or null
   unsigned long long* errors = nullptr; // GPU only, optional: a device word set to the count of
                                         // device-side errors (local lengths outside 0..columns,
-                                        // selected positions without a slot); unused by the reference
+                                        // selected positions without a slot, bad context lengths or
+                                        // index block table entries); unused by the reference
+  // With the indexer (DcpStepArgs::index_heads > 0), instead of logits and lengths:
+  const uint8_t* index_cache = nullptr;  // the rank's index key cache [index_pages, page_size * 132]
+  const uint8_t* index_q = nullptr;      // E4M3 [rows, index_heads, 128] (the same on every rank)
+  const float* index_w = nullptr;        // fp32 [rows, index_heads]
+  const int32_t* context_lens = nullptr; // [requests]: global context lengths
 };
 using DcpRankStep = DcpRankStepOf<uint16_t>;
 using DcpRankStepReference = DcpRankStepOf<float>;
@@ -223,13 +241,18 @@ void validate_dcp_step_args(const DcpStepArgs& a, const DcpRankStepOf<Out>* rank
 // The gathered regions hold every rank's block (rank r's at r times the block), so each rank's
 // local results are written into its own block and gathered in place.
 struct DcpStepPlan {
-  TopkPlan local_topk;           // plan_topk(rows, columns)
+  TopkPlan local_topk;           // plan_topk(rows, columns) (given logits)
+  FusedSelectPlan select;        // plan_fused_select of dcp_fused_select_args (with the indexer)
   TopkPlan merge_topk;           // plan_topk(rows, ranks * k)
   DecodePlan decode;             // plan_sparse_decode(spec, rows, heads, k)
   size_t candidate_indices_offset = 0;  // i32 [ranks, rows, k]
   size_t candidate_values_offset = 0;   // f32 [ranks, rows, k]
   size_t candidate_lengths_offset = 0;  // i32 [ranks, rows]
   size_t local_indices_offset = 0;      // i32 [rows, k]
+  size_t row_lengths_offset = 0;        // i32 [rows] (with the indexer): local row lengths
+  size_t row_table_offset = 0;          // i32 [rows, slots.table_stride] (with the indexer): each
+                                        // row's copy of its request's block table row
+  size_t select_errors_offset = 0;      // u64 (with the indexer): fused selection's invalid count
   size_t partial_out_offset = 0;        // bf16 [ranks, rows, heads, 512]
   size_t partial_lse_offset = 0;        // f32 [ranks, rows, heads]
   size_t scratch_offset = 0;            // the top-k, merge and decode workspaces, one after the other
@@ -239,6 +262,12 @@ struct DcpStepPlan {
 };
 // Throws Error (validate_dcp_step_args' shape checks) for bad arguments.
 DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count);
+
+// The fused selection one rank runs with the indexer: rows as requests of one row each, over
+// row_table ([rows, slots.table_stride]: row r holds its request's table row) and row_lengths
+// (the local row lengths), max_context = columns, positions (not slots) out.
+FusedSelectArgs dcp_fused_select_args(const DcpStepArgs& a, const uint8_t* index_cache, const uint8_t* index_q,
+                                      const float* index_w, const int32_t* row_lengths, const int32_t* row_table);
 
 // CPU reference of the whole step over all N ranks (rank_steps[r] for r = 0..N-1, host pointers;
 // the reference's decode is sparse_mla_reference with `options`, out fp32). Validates everything

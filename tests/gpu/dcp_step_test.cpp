@@ -18,6 +18,7 @@
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/cuda/dcp.h"
 #include "nvfp4mla/cuda/dcp_step.h"
+#include "nvfp4mla/cuda/fused_select.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/dcp.h"
 #include "nvfp4mla/error.h"
@@ -44,7 +45,14 @@ struct StepOutputs {
 class GpuStep {
  public:
   GpuStep(const nt::DcpStepProblem& p, DcpSelection selection, cuda::DcpCommunicator& comm)
-      : p_(p), comm_(comm), args_(p.step_args(selection)), q_(p.q), table_(p.table) {
+      : p_(p),
+        comm_(comm),
+        args_(p.step_args(selection)),
+        q_(p.q),
+        table_(p.table),
+        index_q_(p.index_q),
+        index_w_(p.index_w),
+        context_lens_(p.shape.context_lens) {
     plan_ = plan_dcp_step(args_, cuda::current_sm_count());
     const int local = comm.local_ranks();
     const size_t rh = size_t(p.rows) * p.shape.heads, rk = size_t(p.rows) * p.shape.k;
@@ -53,6 +61,7 @@ class GpuStep {
       logits_.emplace_back(p.rank_logits[r]);
       lengths_.emplace_back(p.rank_lengths[r]);
       caches_.emplace_back(p.rank_caches[r]);
+      if (p.shape.indexer) index_.emplace_back(p.rank_index[r]);
       out_.emplace_back(rh * kLatentDim);
       lse_.emplace_back(rh);
       values_.emplace_back(rk);
@@ -75,6 +84,14 @@ class GpuStep {
       s.topk_length = length_[i].get();
       s.values = values_[i].get();
       s.errors = errors_[i].get();
+      if (p.shape.indexer) {
+        s.logits = nullptr;
+        s.lengths = nullptr;
+        s.index_cache = index_[i].get();
+        s.index_q = index_q_.get();
+        s.index_w = index_w_.get();
+        s.context_lens = context_lens_.get();
+      }
       steps_.push_back(s);
     }
     poison();
@@ -109,6 +126,7 @@ class GpuStep {
     return o;
   }
   std::vector<DeviceBuffer<int32_t>>& lengths() { return lengths_; }
+  DeviceBuffer<int32_t>& context_lens() { return context_lens_; }
   const DcpStepPlan& plan() const { return plan_; }
 
  private:
@@ -118,6 +136,10 @@ class GpuStep {
   DcpStepPlan plan_;
   DeviceBuffer<uint16_t> q_;
   DeviceBuffer<int32_t> table_;
+  DeviceBuffer<uint8_t> index_q_;
+  DeviceBuffer<float> index_w_;
+  DeviceBuffer<int32_t> context_lens_;
+  std::vector<DeviceBuffer<uint8_t>> index_;
   std::vector<DeviceBuffer<float>> logits_, lse_, values_;
   std::vector<DeviceBuffer<int32_t>> lengths_, indices_, length_;
   std::vector<DeviceBuffer<uint8_t>> caches_, workspace_;
@@ -255,6 +277,47 @@ TEST(GpuDcpStep, EqualsSingleGpuForEveryRecordFormat) {
       const nt::DcpStepProblem p = nt::make_dcp_step_problem(s);
       expect_equals_single_gpu(p, run_in_process(p, DcpSelection::exact));
     }
+}
+
+// With the indexer: each rank's fused selection over its own index key cache. The single GPU's
+// fused selection over the whole cache gives the reference selection (small-integer keys: exact
+// logits) and the DCP step equals it.
+TEST(GpuDcpStep, IndexerStepEqualsSingleGpuFusedSelection) {
+  NVFP4MLA_REQUIRE_GPU();
+  for (int n : {2, 4, 8})
+    for (int il : {1, 64})
+      for (int next_n : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << "N=" << n << " interleave=" << il << " next_n=" << next_n);
+        nt::DcpStepShape s;
+        s.spec = {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::dynamic};
+        s.place = {n, il};
+        s.next_n = next_n;
+        s.context_lens = {6000 + 5 * n, 40, 0};
+        s.heads = 64;
+        s.k = 512;
+        s.indexer = true;
+        s.index_heads = 64;
+        s.seed = uint64_t(n) * 100 + il + next_n;
+        const nt::DcpStepProblem p = nt::make_dcp_step_problem(s);
+        // The single GPU's selection.
+        DeviceBuffer<uint8_t> iq(p.index_q), index(p.single_index);
+        DeviceBuffer<float> iw(p.index_w);
+        DeviceBuffer<int32_t> table(p.table), ctx(s.context_lens), idx(p.want_indices.size()), len(size_t(p.rows));
+        DeviceBuffer<float> val(p.want_values.size());
+        DeviceBuffer<unsigned long long> invalid(1);
+        FusedSelectArgs f;
+        f.keys = p.single_index_args(iq.get(), iw.get(), index.get(), table.get(), ctx.get());
+        f.max_context = p.max_context;
+        f.k = s.k;
+        const FusedSelectPlan plan = plan_fused_select(f, 0, cuda::current_sm_count());
+        DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+        cuda::fused_select(f, plan, ws.get(), plan.workspace_bytes, {idx.get(), len.get(), val.get()}, invalid.get(), nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        ASSERT_EQ(idx.download(), p.want_indices);
+        ASSERT_EQ(len.download(), p.want_length);
+        ASSERT_EQ(invalid.download()[0], 0u);
+        expect_equals_single_gpu(p, run_in_process(p, DcpSelection::exact));
+      }
 }
 
 // One request of 2^20 tokens over 8 ranks at the production k.
@@ -401,6 +464,18 @@ TEST(GpuDcpStep, DeviceRowLengthsAndErrorCounts) {
   EXPECT_EQ(o.errors[0], 0u);
   EXPECT_EQ(o.errors[1], 1u);
   for (int32_t pos : o.indices[0]) EXPECT_TRUE(pos < 0 || dcp_locate(s.place, pos).rank == 0) << pos;
+
+  // With the indexer, a negative context length: counted on every rank, and no rank selects.
+  s.indexer = true;
+  const nt::DcpStepProblem q = nt::make_dcp_step_problem(s);
+  GpuStep indexed(q, DcpSelection::exact, comm);
+  indexed.context_lens().upload(std::vector<int32_t>{-3});
+  indexed.run(streams.get());
+  const StepOutputs e = indexed.outputs();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GE(e.errors[r], 1u) << "rank " << r;
+    EXPECT_EQ(e.length[r], std::vector<int32_t>{0}) << "rank " << r;
+  }
 }
 
 TEST(GpuDcpStep, BadArgumentsThrowBeforeLaunch) {

@@ -1,9 +1,12 @@
 #pragma once
 // A DCP decode-step problem for the CPU and GPU suites: requests whose tokens live on N ranks
 // (the writer slots of dcp.h through one shared virtual block table), the indexer logits of
-// every row over the whole context (tied values, NaN poison past each row's length) and each
-// rank's share of them, queries, the single-GPU cache and each rank's cache (unwritten records
-// NaN-poisoned), and the single-GPU answer's selection (topk_reference of the whole rows).
+// every row over the whole context and each rank's share of them, queries, the single-GPU cache
+// and each rank's cache (unwritten records NaN-poisoned), and the single-GPU answer's selection
+// (topk_reference of the whole rows). Logits: random quarter steps (many ties, NaN and -inf,
+// NaN poison past each row's length), or with `indexer` the paged indexer's logits of small-
+// integer index keys (exact in fp32 on the CPU and the GPU) written into a single-GPU index key
+// cache and each rank's (through the same slots as the records).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,10 +16,13 @@
 
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/dcp.h"
+#include "nvfp4mla/index_cache.h"
 #include "nvfp4mla/indexer.h"
 #include "nvfp4mla/record.h"
 #include "nvfp4mla/sparse_mla.h"
 #include "nvfp4mla/topk.h"
+#include "support/dsa_problem.h"
+#include "support/index_data.h"
 
 namespace nvfp4mla::testing {
 
@@ -31,6 +37,8 @@ struct DcpStepShape {
   // Records written: all tokens, or only those of the single-GPU selection (every other record
   // NaN-poisoned, so a kernel that reads an unselected record fails).
   bool selected_only = false;
+  bool indexer = false;
+  int index_heads = 16;
   uint64_t seed = 1;
 };
 
@@ -51,6 +59,11 @@ struct DcpStepProblem {
   // The single-GPU selection: global positions, lengths, values (topk_reference of the whole rows).
   std::vector<int32_t> want_indices, want_length;
   std::vector<float> want_values;
+  // With `indexer`: the index key caches (0xFF where unwritten) and the index queries.
+  std::vector<uint8_t> single_index;               // [pages_total, vpage * 132]
+  std::vector<std::vector<uint8_t>> rank_index;    // [N][pages_total, page * 132]
+  std::vector<uint8_t> index_q;                    // E4M3 [rows, index_heads, 128]
+  std::vector<float> index_w;                      // [rows, index_heads]
 
   float sm_scale() const { return 1.0f / 24.0f; }
   int64_t rank_capacity() const { return pages_total * shape.page; }
@@ -96,7 +109,29 @@ struct DcpStepProblem {
     a.slots.rows_per_request = shape.next_n;
     a.slots.capacity = rank_capacity();
     a.sm_scale = sm_scale();
+    if (shape.indexer) {
+      a.index_heads = shape.index_heads;
+      a.index_pages = pages_total;
+      a.next_n = shape.next_n;
+    }
     return a;
+  }
+  // The single-GPU indexer's paged arguments over `index` (pages of vpage keys) and `table`.
+  IndexerPagedArgs single_index_args(const uint8_t* iq, const float* iw, const uint8_t* index, const int32_t* block_table,
+                                     const int32_t* context_lens) const {
+    IndexerPagedArgs k;
+    k.q = iq;
+    k.weights = iw;
+    k.requests = requests;
+    k.next_n = shape.next_n;
+    k.heads = shape.index_heads;
+    k.cache = index;
+    k.num_pages = pages_total;
+    k.page_size = vpage;
+    k.block_table = block_table;
+    k.block_table_stride = vpages;
+    k.context_lens = context_lens;
+    return k;
   }
   // Single-GPU attention arguments over `slots` (the selection mapped to single-cache slots).
   SparseMlaArgs single_attention_args(const uint16_t* q_, const uint8_t* cache, const int32_t* slots,
@@ -132,7 +167,8 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
   std::shuffle(ids.begin(), ids.end(), rng);
   p.table.assign(ids.begin(), ids.begin() + p.vpages * p.requests);
 
-  // Logits: quarter steps of a normal (many ties), a few NaN and -inf, NaN past each row's length.
+  // Logits: quarter steps of a normal (many ties), a few NaN and -inf, NaN past each row's length;
+  // or the indexer's over small-integer keys.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
@@ -142,11 +178,35 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
     for (int i = 0; i < nn; ++i) {
       const int row = b * nn + i;
       p.whole_lengths[row] = static_cast<int32_t>(paged_row_length(shape.context_lens[b], nn, i));
+      if (shape.indexer) continue;
       for (int64_t c = 0; c < p.whole_lengths[row]; ++c) {
         const float x = u(rng);
         p.logits[row * p.max_context + c] = x < 0.01f ? nan : x < 0.02f ? -INFINITY : std::round(normal(rng) * 8.0f) / 4.0f;
       }
     }
+  if (shape.indexer) {
+    p.single_index.assign(size_t(p.pages_total) * p.vpage * index_key::kRecordBytes, kDcpPoisonByte);
+    p.rank_index.assign(n, std::vector<uint8_t>(size_t(p.pages_total) * shape.page * index_key::kRecordBytes, kDcpPoisonByte));
+    for (int b = 0; b < p.requests; ++b) {
+      const int64_t ctx = shape.context_lens[b];
+      const std::vector<uint16_t> keys = small_integer_bf16(size_t(ctx) * index_key::kDim, shape.seed * 31 + b);
+      std::vector<int64_t> slots(ctx), local(ctx);
+      for (int64_t i = 0; i < ctx; ++i) slots[i] = int64_t(p.table[b * p.vpages + i / p.vpage]) * p.vpage + i % p.vpage;
+      const auto* k = reinterpret_cast<const Bf16Bits*>(keys.data());
+      write_index_cache(k, ctx, slots, IndexCacheView{p.single_index.data(), p.pages_total, p.vpage});
+      for (int r = 0; r < n; ++r) {
+        dcp_local_slot_mapping(shape.place, shape.page, r, slots.data(), ctx, local.data());
+        write_index_cache(k, ctx, local, IndexCacheView{p.rank_index[r].data(), p.pages_total, shape.page});
+      }
+    }
+    p.index_q = small_integer_e4m3(size_t(p.rows) * shape.index_heads * index_key::kDim, shape.seed + 3);
+    p.index_w = small_integer_weights(size_t(p.rows) * shape.index_heads, shape.seed + 4);
+    IndexerPagedArgs k =
+        p.single_index_args(p.index_q.data(), p.index_w.data(), p.single_index.data(), p.table.data(), shape.context_lens.data());
+    k.logits = p.logits.data();
+    k.logits_stride = p.max_context;
+    indexer_logits_reference(k);
+  }
   // Each rank's share: its local row lengths and the logits of its positions.
   p.rank_logits.resize(n);
   p.rank_lengths.resize(n);

@@ -51,6 +51,14 @@ StepResult run_reference(const nt::DcpStepProblem& p, DcpSelection selection) {
     s.indices = r.indices[i].data();
     s.topk_length = r.length[i].data();
     s.values = r.values[i].data();
+    if (p.shape.indexer) {
+      s.logits = nullptr;
+      s.lengths = nullptr;
+      s.index_cache = p.rank_index[i].data();
+      s.index_q = p.index_q.data();
+      s.index_w = p.index_w.data();
+      s.context_lens = p.shape.context_lens.data();
+    }
   }
   dcp_decode_step_reference(p.step_args(selection), steps.data());
   return r;
@@ -123,6 +131,26 @@ TEST(DcpStep, ExactStepEqualsSingleGpuForEveryRecordFormat) {
     s.selected_only = true;  // unselected records are NaN: never read
     check_step_equals_single(s);
   }
+}
+
+// With the indexer: each rank's fused selection over its own index key cache (each MTP row its
+// own causal local length) merged equals the single-GPU indexer + top-k bit for bit.
+TEST(DcpStep, IndexerStepEqualsSingleGpu) {
+  for (int n : {2, 4, 8})
+    for (int il : {1, 64})
+      for (int next_n : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << "N=" << n << " interleave=" << il << " next_n=" << next_n);
+        nt::DcpStepShape s;
+        s.place = {n, il};
+        s.next_n = next_n;
+        s.context_lens = {700 + 11 * n, 50, 0};
+        s.heads = 2;
+        s.k = 40;
+        s.indexer = true;
+        s.index_heads = 8;
+        s.seed = uint64_t(n) * 7 + il + next_n;
+        check_step_equals_single(s);
+      }
 }
 
 // Union mode: each rank's own top-k; the attended set contains the exact selection, so the

@@ -68,7 +68,20 @@ void validate_step_shape(const DcpStepArgs& a) {
       a.slots.rows_per_request < 1 || a.slots.capacity < 1)
     fail("slots: page_size, requests, pages, rows_per_request and capacity must be positive, table_stride >= pages");
   if (int64_t(a.rows) > a.slots.requests * a.slots.rows_per_request) fail("slots: rows exceed requests x rows_per_request");
+  if (a.index_heads < 0 || a.index_heads > kIndexerMaxHeads)
+    fail("index_heads must be in 0.." + str(kIndexerMaxHeads) + " (got " + str(a.index_heads) + ")");
+  if (a.index_heads > 0) {
+    if (a.next_n < 1) fail("next_n must be >= 1");
+    if (a.slots.rows_per_request != a.next_n) fail("slots.rows_per_request must equal next_n with the indexer");
+    if (a.rows % a.next_n != 0) fail("rows must be a multiple of next_n with the indexer");
+    if (a.index_pages < 1) fail("index_pages must be >= 1 with the indexer");
+  }
 }
+
+// Stand-ins for the device pointers the planners check for presence only.
+const uint8_t kPlanBytes[16] = {};
+const int32_t kPlanInts[4] = {};
+const float kPlanFloats[4] = {};
 
 }  // namespace
 
@@ -80,8 +93,15 @@ void validate_dcp_step_args(const DcpStepArgs& a, const DcpRankStepOf<Out>* rank
   for (int i = 0; i < count; ++i) {
     const DcpRankStepOf<Out>& r = rank_steps[i];
     const std::string who = "rank step " + str(i) + ": ";
-    if (!r.logits) fail(who + "logits is required");
-    if (!r.lengths) fail(who + "lengths is required");
+    if (a.index_heads == 0) {
+      if (!r.logits) fail(who + "logits is required");
+      if (!r.lengths) fail(who + "lengths is required");
+    } else {
+      if (!r.index_cache) fail(who + "index_cache is required");
+      if (!r.index_q) fail(who + "index_q is required");
+      if (!r.index_w) fail(who + "index_w is required");
+      if (!r.context_lens) fail(who + "context_lens is required");
+    }
     if (!r.q) fail(who + "q is required");
     if (!r.cache) fail(who + "cache is required");
     if (!r.block_table) fail(who + "block_table is required");
@@ -93,11 +113,33 @@ void validate_dcp_step_args(const DcpStepArgs& a, const DcpRankStepOf<Out>* rank
 template void validate_dcp_step_args(const DcpStepArgs&, const DcpRankStepOf<uint16_t>*, int);
 template void validate_dcp_step_args(const DcpStepArgs&, const DcpRankStepOf<float>*, int);
 
+FusedSelectArgs dcp_fused_select_args(const DcpStepArgs& a, const uint8_t* index_cache, const uint8_t* index_q,
+                                      const float* index_w, const int32_t* row_lengths, const int32_t* row_table) {
+  FusedSelectArgs f;
+  f.keys.q = index_q;
+  f.keys.weights = index_w;
+  f.keys.requests = a.rows;
+  f.keys.next_n = 1;
+  f.keys.heads = a.index_heads;
+  f.keys.cache = index_cache;
+  f.keys.num_pages = a.index_pages;
+  f.keys.page_size = a.slots.page_size;
+  f.keys.block_table = row_table;
+  f.keys.block_table_stride = a.slots.table_stride;
+  f.keys.context_lens = row_lengths;
+  f.max_context = a.columns;
+  f.k = a.k;
+  return f;
+}
+
 DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count) {
   validate_step_shape(a);
   const size_t n = size_t(a.placement.ranks), rows = size_t(a.rows), k = size_t(a.k), heads = size_t(a.heads);
   DcpStepPlan p;
   p.local_topk = plan_topk(a.rows, a.columns, sm_count);
+  if (a.index_heads > 0)
+    p.select = plan_fused_select(dcp_fused_select_args(a, kPlanBytes, kPlanBytes, kPlanFloats, kPlanInts, kPlanInts), 0,
+                                 sm_count);
   p.merge_topk = plan_topk(a.rows, int64_t(n) * a.k, sm_count);
   p.decode = plan_sparse_decode(a.spec, a.rows, a.heads, a.k, sm_count);
   DcpTopkMergeArgs m;
@@ -106,7 +148,7 @@ DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count) {
   m.k_rank = a.k;
   m.k = a.k;
   p.scratch_bytes = std::max({topk_workspace_bytes(p.local_topk, a.rows), dcp_merge_topk_workspace(m, p.merge_topk).total_bytes,
-                              decode_workspace_layout(p.decode, a.rows, a.heads).total_bytes});
+                              decode_workspace_layout(p.decode, a.rows, a.heads).total_bytes, p.select.workspace_bytes});
   size_t at = 0;
   auto region = [&](size_t bytes) {
     const size_t offset = at;
@@ -117,6 +159,10 @@ DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count) {
   p.candidate_values_offset = region(n * rows * k * 4);
   p.candidate_lengths_offset = region(n * rows * 4);
   p.local_indices_offset = region(rows * k * 4);
+  const bool indexer = a.index_heads > 0;
+  p.row_lengths_offset = region(indexer ? rows * 4 : 0);
+  p.row_table_offset = region(indexer ? rows * size_t(a.slots.table_stride) * 4 : 0);
+  p.select_errors_offset = region(indexer ? 8 : 0);
   p.partial_out_offset = region(n * rows * heads * kDcpLatentDim * 2);
   p.partial_lse_offset = region(n * rows * heads * 4);
   p.scratch_offset = region(p.scratch_bytes);
@@ -135,15 +181,27 @@ void dcp_decode_step_reference(const DcpStepArgs& a, const DcpRankStepReference*
   std::vector<int32_t> cand_idx(n * block), cand_len(n * rows);
   std::vector<float> cand_val(n * block);
   for (int r = 0; r < n; ++r) {
-    TopkArgs t;
-    t.values = rs[r].logits;
-    t.rows = a.rows;
-    t.columns = a.columns;
-    t.stride = a.logits_stride;
-    t.lengths = rs[r].lengths;
-    t.k = a.k;
-    topk_reference(t, {cand_idx.data() + r * block, cand_len.data() + r * rows, cand_val.data() + r * block});
-    dcp_local_to_global(a.placement, r, cand_idx.data() + r * block, int64_t(block));
+    const TopkOutputs mine{cand_idx.data() + r * block, cand_len.data() + r * rows, cand_val.data() + r * block};
+    if (a.index_heads == 0) {
+      TopkArgs t;
+      t.values = rs[r].logits;
+      t.rows = a.rows;
+      t.columns = a.columns;
+      t.stride = a.logits_stride;
+      t.lengths = rs[r].lengths;
+      t.k = a.k;
+      topk_reference(t, mine);
+    } else {
+      const int64_t requests = a.rows / a.next_n, stride = a.slots.table_stride;
+      std::vector<int32_t> row_lengths(rows), row_table(rows * size_t(stride));
+      dcp_local_row_lengths(a.placement, r, rs[r].context_lens, requests, a.next_n, row_lengths.data());
+      for (size_t row = 0; row < rows; ++row)
+        std::copy_n(rs[r].block_table + (row / a.next_n) * stride, stride, row_table.begin() + row * stride);
+      fused_select_reference(dcp_fused_select_args(a, rs[r].index_cache, rs[r].index_q, rs[r].index_w, row_lengths.data(),
+                                                   row_table.data()),
+                             0, mine);
+    }
+    dcp_local_to_global(a.placement, r, mine.indices, int64_t(block));
   }
   // 2. The selection each rank attends: the merged global top-k, or its own.
   std::vector<int32_t> sel_idx = cand_idx, sel_len = cand_len;

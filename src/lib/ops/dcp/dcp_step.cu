@@ -10,6 +10,7 @@
 #include "device/cuda_check.h"
 #include "nvfp4mla/cuda/dcp.h"
 #include "nvfp4mla/cuda/dcp_step.h"
+#include "nvfp4mla/cuda/fused_select.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/cuda/topk.h"
 #include "nvfp4mla/indexer.h"
@@ -46,6 +47,11 @@ __global__ void __launch_bounds__(kThreads) local_to_global_kernel(DcpPlacement 
     const int32_t l = positions[i];
     positions[i] = l < 0 ? -1 : static_cast<int32_t>(dcp_math::global_of(l, p.ranks, p.interleave, rank));
   }
+}
+
+// *total += *count (one thread): fused selection's own counter into the step's error word.
+__global__ void add_count_kernel(unsigned long long* total, const unsigned long long* count) {
+  if (*count) *total += *count;
 }
 
 void require_rank(const DcpPlacement& p, int rank) {
@@ -115,15 +121,36 @@ void dcp_decode_step(DcpCommunicator& comm, const DcpStepArgs& a, const DcpStepP
     const int r = comm.local_rank(i);
     const cudaStream_t s = streams[i];
     if (rs[i].errors) check(cudaMemsetAsync(rs[i].errors, 0, sizeof(unsigned long long), s), "dcp step: error reset");
-    TopkArgs t;
-    t.values = rs[i].logits;
-    t.rows = a.rows;
-    t.columns = a.columns;
-    t.stride = a.logits_stride;
-    t.lengths = rs[i].lengths;
-    t.k = a.k;
     const TopkOutputs mine{cand_idx(i) + r * block, cand_len(i) + r * rows, cand_val(i) + r * block};
-    topk(t, plan.local_topk, at(i, plan.scratch_offset), plan.scratch_bytes, mine, rs[i].errors, s);
+    if (a.index_heads == 0) {
+      TopkArgs t;
+      t.values = rs[i].logits;
+      t.rows = a.rows;
+      t.columns = a.columns;
+      t.stride = a.logits_stride;
+      t.lengths = rs[i].lengths;
+      t.k = a.k;
+      topk(t, plan.local_topk, at(i, plan.scratch_offset), plan.scratch_bytes, mine, rs[i].errors, s);
+    } else {
+      // Each row as a request of its own: its local length and its request's table row.
+      const int64_t requests = a.rows / a.next_n;
+      const size_t row_bytes = size_t(a.slots.table_stride) * 4;
+      int32_t* row_lengths = reinterpret_cast<int32_t*>(at(i, plan.row_lengths_offset));
+      int32_t* row_table = reinterpret_cast<int32_t*>(at(i, plan.row_table_offset));
+      dcp_local_row_lengths(a.placement, r, rs[i].context_lens, requests, a.next_n, row_lengths, rs[i].errors, s);
+      for (int j = 0; j < a.next_n; ++j)
+        check(cudaMemcpy2DAsync(reinterpret_cast<char*>(row_table) + j * row_bytes, a.next_n * row_bytes, rs[i].block_table,
+                                row_bytes, row_bytes, size_t(requests), cudaMemcpyDeviceToDevice, s),
+              "dcp step: row tables");
+      // Fused selection resets its counter and selects nothing when it is not zero: its own word.
+      auto* select_errors = reinterpret_cast<unsigned long long*>(at(i, plan.select_errors_offset));
+      fused_select(dcp_fused_select_args(a, rs[i].index_cache, rs[i].index_q, rs[i].index_w, row_lengths, row_table), plan.select,
+                   at(i, plan.scratch_offset), plan.scratch_bytes, mine, select_errors, s);
+      if (rs[i].errors) {
+        add_count_kernel<<<1, 1, 0, s>>>(rs[i].errors, select_errors);
+        check_launch("dcp step: error count");
+      }
+    }
     dcp_local_to_global(a.placement, r, mine.indices, int64_t(block), s);
   }
   // 2. The selection: the global top-k of everyone's candidates, or the rank's own.
