@@ -188,7 +188,7 @@ struct DcpStepArgs {
   int heads = 0;         // attention heads
   int k = 0;             // the global k (exact) and every rank's k, 1..kTopkMaxK
   int64_t columns = 0;   // local logits columns: every local row length is at most this
-  int64_t logits_stride = 0;  // >= columns
+  int64_t logits_stride = 0;  // >= columns (given logits; unused with the indexer)
   // Local positions -> this rank's cache slots (topk.h's slot map; block_table is per rank, in
   // DcpRankStep, and must be null here). capacity: slots of each rank's latent cache.
   TopkSlotMap slots;

@@ -59,7 +59,7 @@ void validate_step_shape(const DcpStepArgs& a) {
   if (a.heads < 1) fail("heads must be >= 1");
   if (a.k < 1 || a.k > kTopkMaxK) fail("k must be in 1.." + str(kTopkMaxK) + " (got " + str(a.k) + ")");
   if (a.columns < 1) fail("columns must be >= 1");
-  if (a.logits_stride < a.columns) fail("logits_stride must be >= columns");
+  if (a.index_heads == 0 && a.logits_stride < a.columns) fail("logits_stride must be >= columns");
   // Every local position below `columns`, on any rank, has an int32 global position.
   if (dcp_global_position(a.placement, a.placement.ranks - 1, a.columns - 1) > INT32_MAX)
     fail("columns: local position " + str(a.columns - 1) + " lies past global position 2^31-1");
