@@ -33,6 +33,12 @@ namespace nt = nvfp4mla::testing;
 
 namespace {
 
+// A device copy, or an empty buffer for an empty vector (no zero-byte copies).
+template <class T>
+DeviceBuffer<T> device_copy(const std::vector<T>& host) {
+  return host.empty() ? DeviceBuffer<T>() : DeviceBuffer<T>(host);
+}
+
 // What every rank returned.
 struct StepOutputs {
   std::vector<std::vector<uint16_t>> out;
@@ -45,13 +51,12 @@ struct StepOutputs {
 class GpuStep {
  public:
   GpuStep(const nt::DcpStepProblem& p, DcpSelection selection, cuda::DcpCommunicator& comm)
-      : p_(p),
-        comm_(comm),
+      : comm_(comm),
         args_(p.step_args(selection)),
         q_(p.q),
         table_(p.table),
-        index_q_(p.index_q),
-        index_w_(p.index_w),
+        index_q_(device_copy(p.index_q)),
+        index_w_(device_copy(p.index_w)),
         context_lens_(p.shape.context_lens) {
     plan_ = plan_dcp_step(args_, cuda::current_sm_count());
     const int local = comm.local_ranks();
@@ -130,7 +135,6 @@ class GpuStep {
   const DcpStepPlan& plan() const { return plan_; }
 
  private:
-  const nt::DcpStepProblem& p_;
   cuda::DcpCommunicator& comm_;
   DcpStepArgs args_;
   DcpStepPlan plan_;
@@ -175,9 +179,10 @@ std::vector<int32_t> single_slots(const nt::DcpStepProblem& p) {
 
 // Checks every rank's outputs against the single GPU: selection bit for bit, no device errors;
 // the attention against the fp64 reference on the kernels' operands within the decode bounds
-// (the single-GPU kernel within one bound, the DCP step within two: each rank's partial carries
-// its kernel's error plus one BF16 rounding of its output), and DCP against the single GPU's own
-// output within the sum of both.
+// (output_compare.h): the single-GPU kernel within one bound; the DCP step within 2.5: the
+// ranks' kernel errors, weighted by the merge, stay within 2^-8 (2.25 sum P|v|), and the BF16
+// rounding of each rank's partial adds at most 2^-9 sum P|v|; DCP against the single GPU's own
+// output within the sum of both (3.5).
 void expect_equals_single_gpu(const nt::DcpStepProblem& p, const StepOutputs& got) {
   const int n = static_cast<int>(got.out.size());
   for (int r = 0; r < n; ++r) {
@@ -218,8 +223,8 @@ void expect_equals_single_gpu(const nt::DcpStepProblem& p, const StepOutputs& go
                   .failures,
               0);
   }
-  for (auto& b : bounds.element_bound) b *= 2;
-  for (auto& b : bounds.norm_bound) b *= 2;
+  for (auto& b : bounds.element_bound) b *= 2.5;
+  for (auto& b : bounds.norm_bound) b *= 2.5;
   const std::vector<float> dcp_out = widen(got.out[0]);
   {
     SCOPED_TRACE("DCP vs reference");
@@ -228,8 +233,8 @@ void expect_equals_single_gpu(const nt::DcpStepProblem& p, const StepOutputs& go
                   .failures,
               0);
   }
-  for (auto& b : bounds.element_bound) b *= 1.5;  // 3 bounds: the single GPU's one plus DCP's two
-  for (auto& b : bounds.norm_bound) b *= 1.5;
+  for (auto& b : bounds.element_bound) b *= 3.5 / 2.5;  // the single GPU's one bound plus DCP's 2.5
+  for (auto& b : bounds.norm_bound) b *= 3.5 / 2.5;
   {
     SCOPED_TRACE("DCP vs single GPU");
     EXPECT_EQ(nt::compare_attention(dcp_out, single_out, got.lse[0], single_lse, bounds, p.shape.heads,
