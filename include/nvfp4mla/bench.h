@@ -153,7 +153,7 @@ std::vector<std::filesystem::path> write_plots(const std::vector<std::filesystem
 // Decode context parallelism (cuda/dcp.h, cuda/dcp_comm.h) for `rows` x `heads` over `ranks`
 // ranks, k = 2048: the merge kernel (cuda::dcp_merge, BF16 partials and output, as the step
 // runs it on each rank), the in-process all-gather of the (out, lse) partials and of the top-k
-// candidates (N ranks on this one GPU: N (N - 1) device copies, so it times the device's copy
+// candidates (N ranks on this one GPU: N (N - 1) block copies in one kernel, so it times the device's copy
 // rate, not a link between GPUs), and the global top-k merge (cuda::dcp_merge_topk). Bytes: what
 // each rank receives from the others in one layer's step.
 struct DcpCase {

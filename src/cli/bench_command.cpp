@@ -257,7 +257,7 @@ void run_dcp_bench(const BenchFlags& f, const std::vector<int>& ranks) {
   const auto res = bench::run_dcp(cases, opt);
   print_ceilings(ceil, opt);
   std::printf("DCP, k = 2048. merge: cuda::dcp_merge of one rank (BF16 partials); gather: in-process all-gather of all N ranks "
-              "on this GPU (N (N - 1) device copies; %%copy: their read+write bytes against the copy ceiling); merge top-k: "
+              "on this GPU (N (N - 1) block copies in one kernel; %%copy: their read+write bytes against the copy ceiling); merge top-k: "
               "cuda::dcp_merge_topk of one rank; bytes: what one rank receives from the others per layer\n");
   std::printf("%5s %6s %5s | %8s %13s %6s %14s %13s | %13s %15s %5s\n", "rows", "heads", "ranks", "merge us", "gather out us",
               "%copy", "gather cand us", "merge top-k us", "partial bytes", "candidate bytes", "MHz");

@@ -1,5 +1,6 @@
-// The DCP communicators on the GPU: the in-process all-gather (1 to 8 ranks, odd sizes, one
-// stream or a stream per rank, in place, CUDA-graph capture and replay), the all-gather of
+// The DCP communicators on the GPU: the in-process all-gather (1 to 8 ranks, sizes for each word
+// width of its copy kernel, one stream or a stream per rank, in place, CUDA-graph capture and
+// replay), the all-gather of
 // TP-sharded query heads, bad arguments; the NCCL backend with a world of 1 (skips with the
 // reason when libnccl cannot be loaded: set NVFP4MLA_TEST_NCCL_LIBRARY to its path, e.g. the
 // nvidia-nccl wheel's nvidia/nccl/lib/libnccl.so.2).
@@ -71,7 +72,7 @@ struct Gather {
 TEST(GpuDcpComm, InProcessAllGatherOneStreamAndStreamPerRank) {
   NVFP4MLA_REQUIRE_GPU();
   for (int n : {1, 2, 3, 8})
-    for (size_t bytes : {size_t(1), size_t(1000), size_t(4097)})
+    for (size_t bytes : {size_t(1), size_t(1000), size_t(4096), size_t(4097), size_t(1) << 20})  // byte, 4- and 16-byte words
       for (bool per_rank_streams : {false, true})
         for (bool in_place : {false, true}) {
           SCOPED_TRACE(::testing::Message() << "N=" << n << " bytes " << bytes << " streams " << per_rank_streams << " in place "

@@ -32,8 +32,9 @@ class DcpCommunicator {
   virtual void all_gather(const void* const* send, void* const* recv, size_t bytes, const cudaStream_t* streams) = 0;
 };
 
-// N ranks on the current GPU, each with its own buffers: an all-gather is world_size^2 device
-// copies (cudaMemcpyAsync), on each receiving rank's stream. When the local ranks' streams
+// N ranks on the current GPU, each with its own buffers: an all-gather is one copy kernel over
+// all (receiver, sender) pairs when the ranks share a stream, else one per receiving rank on its
+// stream (16-byte words when every pointer and the size allow, else 4-byte or single bytes). When the local ranks' streams
 // differ, the call orders them with events as a barrier (every rank's prior work before any
 // copy, every copy before any rank's later work), so a rank may reuse its buffers right after.
 class InProcessDcpCommunicator final : public DcpCommunicator {

@@ -1,7 +1,8 @@
-// The in-process DCP communicator (cuda/dcp_comm.h): N ranks on one GPU, collectives as device
-// copies; and the collectives built on any communicator's all-gather.
+// The in-process DCP communicator (cuda/dcp_comm.h): N ranks on one GPU, an all-gather as one
+// copy kernel (per receiving stream); and the collectives built on any communicator's all-gather.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -13,6 +14,48 @@ namespace nvfp4mla::cuda {
 namespace {
 
 constexpr int kMaxInProcessRanks = 64;
+constexpr int kCopyThreads = 256;
+
+// Every rank's send and receive buffer, as a kernel parameter (1 KB).
+struct GatherPointers {
+  const void* send[kMaxInProcessRanks];
+  void* recv[kMaxInProcessRanks];
+};
+
+// Block (x, y): receiver first + y / ranks gets sender y % ranks's `count` words V at its offset
+// sender x count; an in-place sender's block is already there.
+template <class V>
+__global__ void __launch_bounds__(kCopyThreads) gather_copy_kernel(GatherPointers p, int first, int ranks, int64_t count) {
+  const int receiver = first + static_cast<int>(blockIdx.y) / ranks, sender = static_cast<int>(blockIdx.y) % ranks;
+  const V* src = static_cast<const V*>(p.send[sender]);
+  V* dst = static_cast<V*>(p.recv[receiver]) + int64_t(sender) * count;
+  if (static_cast<const void*>(dst) == static_cast<const void*>(src)) return;
+  for (int64_t i = int64_t(blockIdx.x) * kCopyThreads + threadIdx.x; i < count; i += int64_t(gridDim.x) * kCopyThreads)
+    dst[i] = src[i];
+}
+
+// Copies into receivers first..first+receivers-1 from every sender, in one launch on `stream`,
+// with the widest word every pointer and the size allow.
+void launch_gather_copy(const GatherPointers& p, int first, int receivers, int ranks, size_t bytes, cudaStream_t stream) {
+  bool align16 = bytes % 16 == 0, align4 = bytes % 4 == 0;
+  for (int r = 0; r < ranks; ++r) {
+    const auto a = reinterpret_cast<uintptr_t>(p.send[r]), b = reinterpret_cast<uintptr_t>(p.recv[r]);
+    align16 = align16 && a % 16 == 0 && b % 16 == 0;
+    align4 = align4 && a % 4 == 0 && b % 4 == 0;
+  }
+  const size_t word = align16 ? 16 : align4 ? 4 : 1;
+  const auto count = static_cast<int64_t>(bytes / word);
+  const unsigned pairs = static_cast<unsigned>(receivers * ranks);  // <= 64 x 64
+  const int64_t wanted = (count + kCopyThreads - 1) / kCopyThreads, cap = std::max<int64_t>(1, 8192 / pairs);
+  const dim3 grid(static_cast<unsigned>(std::min(wanted, cap)), pairs);
+  if (word == 16)
+    gather_copy_kernel<uint4><<<grid, kCopyThreads, 0, stream>>>(p, first, ranks, count);
+  else if (word == 4)
+    gather_copy_kernel<uint32_t><<<grid, kCopyThreads, 0, stream>>>(p, first, ranks, count);
+  else
+    gather_copy_kernel<uint8_t><<<grid, kCopyThreads, 0, stream>>>(p, first, ranks, count);
+  check_launch("in-process all_gather: copy kernel");
+}
 
 void require_arrays(const DcpCommunicator& comm, const void* const* a, const void* const* b, const cudaStream_t* s,
                     const char* what) {
@@ -65,12 +108,17 @@ void InProcessDcpCommunicator::all_gather(const void* const* send, void* const* 
         if (streams[s] != streams[r])
           check(cudaStreamWaitEvent(streams[r], ready_[s], 0), "in-process all_gather: stream wait");
   }
-  for (int r = 0; r < ranks_; ++r)
-    for (int s = 0; s < ranks_; ++s) {
-      char* dst = static_cast<char*>(recv[r]) + size_t(s) * bytes;
-      if (dst == send[s]) continue;  // in place
-      check(cudaMemcpyAsync(dst, send[s], bytes, cudaMemcpyDeviceToDevice, streams[r]), "in-process all_gather: copy");
-    }
+  // One copy kernel for all receivers on a shared stream, else one per receiver on its stream.
+  GatherPointers p{};
+  for (int r = 0; r < ranks_; ++r) {
+    p.send[r] = send[r];
+    p.recv[r] = recv[r];
+  }
+  if (one_stream) {
+    launch_gather_copy(p, 0, ranks_, ranks_, bytes, streams[0]);
+  } else {
+    for (int r = 0; r < ranks_; ++r) launch_gather_copy(p, r, 1, ranks_, bytes, streams[r]);
+  }
   // Barrier out: no rank overwrites its send buffer while another rank's stream still copies it.
   if (!one_stream) {
     for (int r = 0; r < ranks_; ++r) check(cudaEventRecord(done_[r], streams[r]), "in-process all_gather: event record");
