@@ -150,4 +150,26 @@ std::vector<IndexerResult> run_indexer(const std::vector<IndexerCase>& cases, co
 std::vector<std::filesystem::path> write_plots(const std::vector<std::filesystem::path>& json_files,
                                                const std::filesystem::path& dir);
 
+// Decode context parallelism (cuda/dcp.h, cuda/dcp_comm.h) for `rows` x `heads` over `ranks`
+// ranks, k = 2048: the merge kernel (cuda::dcp_merge, BF16 partials and output, as the step
+// runs it on each rank), the in-process all-gather of the (out, lse) partials and of the top-k
+// candidates (N ranks on this one GPU: N (N - 1) block copies in one kernel, so it times the device's copy
+// rate, not a link between GPUs), and the global top-k merge (cuda::dcp_merge_topk). Bytes: what
+// each rank receives from the others in one layer's step.
+struct DcpCase {
+  int rows = 64, heads = 128, ranks = 2;
+  int k = 2048;
+};
+struct DcpResult {
+  DcpCase c;
+  double merge_us = 0;              // cuda::dcp_merge of one rank
+  double gather_partials_us = 0;    // all-gather of the partials, all N ranks
+  double gather_candidates_us = 0;  // all-gather of the candidates, all N ranks
+  double merge_topk_us = 0;         // cuda::dcp_merge_topk of one rank
+  int64_t partial_bytes = 0;        // per rank and layer: (N - 1) rows heads (512 x 2 + 4)
+  int64_t candidate_bytes = 0;      // per rank and layer: (N - 1) rows (k x 8 + 4)
+  double clock_mhz = 0;
+};
+std::vector<DcpResult> run_dcp(const std::vector<DcpCase>& cases, const Options& opt);
+
 }  // namespace nvfp4mla::bench

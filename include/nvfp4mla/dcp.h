@@ -29,6 +29,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nvfp4mla/decode_plan.h"
+#include "nvfp4mla/format.h"
+#include "nvfp4mla/fused_select.h"
 #include "nvfp4mla/sparse_mla.h"
 #include "nvfp4mla/topk.h"
 
@@ -140,5 +143,136 @@ struct DcpMergeTopkWorkspace {
 DcpMergeTopkWorkspace dcp_merge_topk_workspace(const DcpTopkMergeArgs& args, const TopkPlan& plan);
 // Checks on what the host can see (shapes, k, k_rank, pointers); throws Error naming the argument.
 void validate_dcp_merge_topk_args(const DcpTopkMergeArgs& args, const TopkOutputs& out);
+
+// ---- the decode step under DCP ----
+//
+// One layer's selection and attention over N ranks (docs/DCP.md, "The DCP step"). Each rank
+// holds its latent cache and either the indexer logits of its own tokens (columns = local
+// positions) or its index key cache, from which the step computes them. Per rank:
+//   1. the top-k of its logits over its local row lengths (dcp_local_row_lengths): given
+//      logits through top-k (topk.h); or, with an indexer (index_heads > 0), fused selection
+//      (fused_select.h) over the rank's index key cache, each row its own request (its table
+//      row and its local length, so MTP rows see exactly their causal tokens); its local
+//      positions turned into global ones (dcp_local_to_global): (value, global position)
+//      candidates;
+//   2. exact mode: the candidates of all ranks all-gathered and merged into the global top-k
+//      (dcp_merge_topk), equal to the single-GPU top-k of the whole row bit for bit;
+//      union mode: each rank keeps its own top-k (no gather; the union of N local top-k sets,
+//      up to N k tokens, is attended);
+//   3. the selection's positions of this rank mapped to its cache slots (dcp_local_indices) and
+//      sparse decode over them: a partial (out, lse);
+//   4. the partials all-gathered and merged (dcp_merge): every rank ends with the same out, lse.
+
+enum class DcpSelection : uint8_t {
+  exact = 0,       // global top-k: equals single-GPU selection
+  union_local = 1  // each rank attends its own local top-k (cheaper, approximate)
+};
+const char* to_string(DcpSelection s);
+
+// Local row lengths of `rank` for the paged rows of the indexer (indexer.h): row b * next_n + i
+// attends global positions 0..paged_row_length(context_lens[b], next_n, i)-1, of which
+// dcp_local_length(...) live on the rank. (MTP rows: the local length of row i is not the local
+// context minus next_n - 1 - i, since the newest tokens may live on other ranks.) Throws Error
+// naming context_lens for a negative entry, before writing.
+void dcp_local_row_lengths(const DcpPlacement& p, int rank, const int32_t* context_lens, int64_t requests, int next_n,
+                           int32_t* lengths);
+// Local positions (>= 0; negative entries stay -1) of `rank` to global positions, in place.
+// Throws Error naming positions when a global position exceeds 2^31-1, before writing.
+void dcp_local_to_global(const DcpPlacement& p, int rank, int32_t* positions, int64_t n);
+
+struct DcpStepArgs {
+  DcpPlacement placement;
+  DcpSelection selection = DcpSelection::exact;
+  RecordSpec spec;
+  int rows = 0;          // query rows (requests * next_n)
+  int heads = 0;         // attention heads
+  int k = 0;             // the global k (exact) and every rank's k, 1..kTopkMaxK
+  int64_t columns = 0;   // local logits columns: every local row length is at most this
+  int64_t logits_stride = 0;  // >= columns (given logits; unused with the indexer)
+  // Local positions -> this rank's cache slots (topk.h's slot map; block_table is per rank, in
+  // DcpRankStep, and must be null here). capacity: slots of each rank's latent cache.
+  TopkSlotMap slots;
+  float sm_scale = 0.0f;
+  float layer_scale = 1.0f;
+  LseBase lse_base = LseBase::natural;
+  // The indexer (optional). index_heads 0: each rank passes its logits and local lengths.
+  // index_heads 1..64: each rank passes its index key cache (index_pages pages of
+  // slots.page_size keys, index_key.h; the pages of its latent cache), the index queries and the
+  // context lengths, and the step selects with its indexer; slots.rows_per_request must be
+  // next_n (rows b * next_n + i belong to request b, indexer.h's causal rows).
+  int index_heads = 0;
+  int64_t index_pages = 0;
+  int next_n = 1;
+};
+
+// One rank's inputs and outputs (device pointers on the GPU, host pointers in the reference).
+template <class Out>
+struct DcpRankStepOf {
+  const float* logits = nullptr;        // [rows, logits_stride]: indexer logits of the local positions
+  const int32_t* lengths = nullptr;     // [rows]: local row lengths (dcp_local_row_lengths)
+  const uint16_t* q = nullptr;          // [rows, heads, 576] BF16 (the same on every rank)
+  const uint8_t* cache = nullptr;       // the rank's latent cache [slots.capacity, record_bytes]
+  const int32_t* block_table = nullptr; // the rank's block table (slots' layout)
+  Out* out = nullptr;                   // [rows, heads, 512]: the merged attention (BF16 bits on the GPU)
+  float* lse = nullptr;                 // [rows, heads] or null
+  int32_t* indices = nullptr;           // [rows, k]: exact: the global top-k's positions (the same on
+                                        // every rank); union: this rank's own top-k, as global positions
+  int32_t* topk_length = nullptr;       // [rows]
+  float* values = nullptr;              // [rows, k] their logits, or null
+  unsigned long long* errors = nullptr; // GPU only, optional: a device word set to the count of
+                                        // device-side errors (local lengths outside 0..columns,
+                                        // selected positions without a slot, bad context lengths or
+                                        // index block table entries); unused by the reference
+  // With the indexer (DcpStepArgs::index_heads > 0), instead of logits and lengths:
+  const uint8_t* index_cache = nullptr;  // the rank's index key cache [index_pages, page_size * 132]
+  const uint8_t* index_q = nullptr;      // E4M3 [rows, index_heads, 128] (the same on every rank)
+  const float* index_w = nullptr;        // fp32 [rows, index_heads]
+  const int32_t* context_lens = nullptr; // [requests]: global context lengths
+};
+using DcpRankStep = DcpRankStepOf<uint16_t>;
+using DcpRankStepReference = DcpRankStepOf<float>;
+
+// Checks shapes, k, the placement, that the last global position of `columns` local positions
+// fits int32, and the pointers of `rank_steps` (`count` entries); throws Error naming the argument.
+template <class Out>
+void validate_dcp_step_args(const DcpStepArgs& a, const DcpRankStepOf<Out>* rank_steps, int count);
+
+// The GPU step's plan and the per-rank workspace layout (host only; offsets 256-byte aligned).
+// The gathered regions hold every rank's block (rank r's at r times the block), so each rank's
+// local results are written into its own block and gathered in place.
+struct DcpStepPlan {
+  TopkPlan local_topk;           // plan_topk(rows, columns) (given logits)
+  FusedSelectPlan select;        // plan_fused_select of dcp_fused_select_args (with the indexer)
+  TopkPlan merge_topk;           // plan_topk(rows, ranks * k)
+  DecodePlan decode;             // plan_sparse_decode(spec, rows, heads, k)
+  size_t candidate_indices_offset = 0;  // i32 [ranks, rows, k]
+  size_t candidate_values_offset = 0;   // f32 [ranks, rows, k]
+  size_t candidate_lengths_offset = 0;  // i32 [ranks, rows]
+  size_t local_indices_offset = 0;      // i32 [rows, k]
+  size_t row_lengths_offset = 0;        // i32 [rows] (with the indexer): local row lengths
+  size_t row_table_offset = 0;          // i32 [rows, slots.table_stride] (with the indexer): each
+                                        // row's copy of its request's block table row
+  size_t select_errors_offset = 0;      // u64 (with the indexer): fused selection's invalid count
+  size_t partial_out_offset = 0;        // bf16 [ranks, rows, heads, 512]
+  size_t partial_lse_offset = 0;        // f32 [ranks, rows, heads]
+  size_t scratch_offset = 0;            // the top-k, merge and decode workspaces, one after the other
+  size_t scratch_bytes = 0;
+  size_t workspace_bytes = 0;           // per rank
+  size_t gathered_bytes_per_layer = 0;  // bytes each rank receives from the others in one step
+};
+// Throws Error (validate_dcp_step_args' shape checks) for bad arguments.
+DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count);
+
+// The fused selection one rank runs with the indexer: rows as requests of one row each, over
+// row_table ([rows, slots.table_stride]: row r holds its request's table row) and row_lengths
+// (the local row lengths), max_context = columns, positions (not slots) out.
+FusedSelectArgs dcp_fused_select_args(const DcpStepArgs& a, const uint8_t* index_cache, const uint8_t* index_q,
+                                      const float* index_w, const int32_t* row_lengths, const int32_t* row_table);
+
+// CPU reference of the whole step over all N ranks (rank_steps[r] for r = 0..N-1, host pointers;
+// the reference's decode is sparse_mla_reference with `options`, out fp32). Validates everything
+// first and writes nothing when it throws (topk_reference's and the merges' checks).
+void dcp_decode_step_reference(const DcpStepArgs& a, const DcpRankStepReference* rank_steps,
+                               const ReferenceOptions& options = {});
 
 }  // namespace nvfp4mla

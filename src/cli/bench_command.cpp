@@ -245,6 +245,39 @@ void run_indexer_bench(const BenchFlags& f, const IndexerBenchFlags& x) {
   write_json(f.json_path, j);
 }
 
+// ---- bench dcp -------------------------------------------------------------------------------
+
+void run_dcp_bench(const BenchFlags& f, const std::vector<int>& ranks) {
+  std::vector<bench::DcpCase> cases;
+  for (int rows : f.rows.empty() ? std::vector<int>{64, 128} : f.rows)
+    for (int heads : f.heads.empty() ? std::vector<int>{64, 128} : f.heads)
+      for (int n : ranks.empty() ? std::vector<int>{2, 4, 8} : ranks) cases.push_back({rows, heads, n, 2048});
+  const auto opt = options_of(f);
+  const auto ceil = bench::measure_ceilings(opt);
+  const auto res = bench::run_dcp(cases, opt);
+  print_ceilings(ceil, opt);
+  std::printf("DCP, k = 2048. merge: cuda::dcp_merge of one rank (BF16 partials); gather: in-process all-gather of all N ranks "
+              "on this GPU (N (N - 1) block copies in one kernel; %%copy: their read+write bytes against the copy ceiling); merge top-k: "
+              "cuda::dcp_merge_topk of one rank; bytes: what one rank receives from the others per layer\n");
+  std::printf("%5s %6s %5s | %8s %13s %6s %14s %13s | %13s %15s %5s\n", "rows", "heads", "ranks", "merge us", "gather out us",
+              "%copy", "gather cand us", "merge top-k us", "partial bytes", "candidate bytes", "MHz");
+  nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"dcp", nlohmann::json::array()}};
+  for (const auto& r : res) {
+    const double copied = 2.0 * r.c.ranks * double(r.partial_bytes);  // read + write of every copy
+    const double frac = r.gather_partials_us > 0 ? copied / (r.gather_partials_us * 1e3) / ceil.copy_gbps : 0.0;
+    std::printf("%5d %6d %5d | %8.1f %13.1f %5.1f%% %14.1f %13.1f | %13lld %15lld %5.0f\n", r.c.rows, r.c.heads, r.c.ranks,
+                r.merge_us, r.gather_partials_us, 100 * frac, r.gather_candidates_us, r.merge_topk_us,
+                static_cast<long long>(r.partial_bytes), static_cast<long long>(r.candidate_bytes), r.clock_mhz);
+    j["dcp"].push_back({{"rows", r.c.rows}, {"heads", r.c.heads}, {"ranks", r.c.ranks}, {"k", r.c.k},
+                        {"merge_us", r.merge_us}, {"gather_partials_us", r.gather_partials_us},
+                        {"gather_candidates_us", r.gather_candidates_us}, {"merge_topk_us", r.merge_topk_us},
+                        {"partial_bytes_per_rank_layer", r.partial_bytes},
+                        {"candidate_bytes_per_rank_layer", r.candidate_bytes}, {"gather_partials_frac_copy", frac},
+                        {"clock_mhz", r.clock_mhz}});
+  }
+  write_json(f.json_path, j);
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -298,6 +331,13 @@ void add_bench_command(CLI::App& app) {
   idx->add_flag("--fused", ix->fused,
                 "decode shapes 1 x 1,048,576 and 64 x 2 x 131,072, each also as fused selection (logits + top-k, k = 2048)");
   idx->callback([f, ix] { run_indexer_bench(*f, *ix); });
+  auto* dcp = bench_cmd->add_subcommand("dcp", "DCP merge kernels and in-process all-gathers: rows 64/128 x heads 64/128 x ranks 2/4/8");
+  add_timing(dcp, *f);
+  auto dcp_ranks = std::make_shared<std::vector<int>>();
+  dcp->add_option("--rows", f->rows, "query rows (default 64 and 128)")->check(CLI::PositiveNumber);
+  dcp->add_option("--heads", f->heads, "query heads (default 64 and 128)")->check(CLI::PositiveNumber);
+  dcp->add_option("--ranks", *dcp_ranks, "DCP sizes (default 2, 4 and 8)")->check(CLI::Range(1, 64));
+  dcp->callback([f, dcp_ranks] { run_dcp_bench(*f, *dcp_ranks); });
   auto* plot = bench_cmd->add_subcommand("plot", "PNG figures of bench --json files: decode/extend times, writer bandwidth");
   auto plot_files = std::make_shared<std::vector<std::string>>();
   auto plot_dir = std::make_shared<std::string>();

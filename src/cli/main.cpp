@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   nvfp4mla::cli::add_select_command(app);
   nvfp4mla::cli::add_store_command(app);
   nvfp4mla::cli::add_index_command(app);
+  nvfp4mla::cli::add_dcp_command(app);
   nvfp4mla::cli::add_info_command(app);
   try {
     app.parse(argc, argv);

@@ -31,4 +31,13 @@ void dcp_local_indices(const DcpPlacement& p, int rank, const int32_t* positions
 void dcp_merge_topk(const DcpTopkMergeArgs& args, const TopkPlan& plan, void* workspace, size_t workspace_bytes,
                     const TopkOutputs& out, unsigned long long* error_count, cudaStream_t stream);
 
+// dcp_local_row_lengths on the device; a negative context length gives 0 for its rows and is
+// counted in *error_count (when given).
+void dcp_local_row_lengths(const DcpPlacement& p, int rank, const int32_t* context_lens, int64_t requests, int next_n,
+                           int32_t* lengths, unsigned long long* error_count, cudaStream_t stream);
+
+// dcp_local_to_global on the device, in place. The caller keeps the global positions within
+// int32 (validate_dcp_step_args checks it for the step's columns); larger ones are not checked.
+void dcp_local_to_global(const DcpPlacement& p, int rank, int32_t* positions, int64_t n, cudaStream_t stream);
+
 }  // namespace nvfp4mla::cuda

@@ -16,6 +16,17 @@ NVFP4MLA_HD int64_t local_of(int64_t global, int ranks, int interleave) {
   return global / (int64_t(interleave) * ranks) * interleave + global % interleave;
 }
 
+NVFP4MLA_HD int64_t global_of(int64_t local, int ranks, int interleave, int rank) {
+  return local / interleave * (int64_t(interleave) * ranks) + int64_t(rank) * interleave + local % interleave;
+}
+
+// How many of the positions 0..context_length-1 (>= 0) live on `rank`.
+NVFP4MLA_HD int64_t local_length(int64_t context_length, int ranks, int interleave, int rank) {
+  const int64_t stride = int64_t(interleave) * ranks;
+  const int64_t rest = context_length % stride - int64_t(rank) * interleave;
+  return context_length / stride * interleave + (rest < 0 ? 0 : rest > interleave ? interleave : rest);
+}
+
 // The local slot on `rank` of a global (virtual-page) slot, or -1 when another rank owns it.
 NVFP4MLA_HD int64_t local_slot(int64_t global_slot, int ranks, int interleave, int page_size, int rank) {
   if (global_slot < 0) return -1;
