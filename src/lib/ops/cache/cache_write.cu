@@ -1,9 +1,11 @@
 // GPU cache writer: one warp per token (BF16 inputs: 4 consecutive tokens per warp, the next
 // one loading while the current one encodes), lane g owns latent group g (16 values) and RoPE
-// values 2g, 2g+1. The bytes equal those of the CPU writer (record.h): maxima are exact, so warp
-// reductions give the same scales, and the per-value divisions of the recipe are replaced by
-// the exact division-free encoders of fast_encode.cuh (tests/unit/fast_encode_test.cpp); BF16
-// inputs without Inf/NaN are encoded two values at a time (packed BF16 compares).
+// values 2g, 2g+1. One kernel per input type and record format, so the format's branches and
+// constants are resolved at compile time. The bytes equal those of the CPU writer (record.h):
+// maxima are exact, so warp reductions give the same scales, and the divisions of the recipe
+// are replaced by the exact division-free encoders of fast_encode.cuh
+// (tests/unit/fast_encode_test.cpp); BF16 inputs without Inf/NaN are encoded two values at a
+// time (packed BF16 maxima and compares).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/record.h"
 #include "ops/cache/fast_encode.cuh"
+#include "ops/sparse_mla/format_dispatch.cuh"
 
 namespace nvfp4mla::cuda {
 namespace {
@@ -100,20 +103,51 @@ __device__ __forceinline__ float warp_max_nonneg(float v) {
   return __uint_as_float(__reduce_max_sync(kFull, __float_as_uint(v)));
 }
 
+// One NVFP4 group through the fp32 path: the division-free encoder when the outer scale is in
+// its range, else the recipe's divisions as written.
+struct GroupCode {
+  uint32_t nib[2];
+  uint8_t scale_byte;
+};
 template <class In>
-__device__ __forceinline__ void encode_token(const RecordSpec& spec, const RawToken<In>& raw, uint8_t* cache,
-                                             int64_t capacity, float layer_scale, unsigned long long* error_count,
-                                             int lane, bool packed_ok) {
+__device__ __forceinline__ GroupCode encode_group_fp32(const RawToken<In>& raw, float gmax, float s, bool unit,
+                                                       bool fast_scale) {
+  GroupCode c;
+  float x[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] = record::sanitize(latent_value(raw, i));
+  if (fast_scale) {
+    c.scale_byte = fastenc::nvfp4_group(x, gmax, s, unit, c.nib);
+    return c;
+  }
+  float gy = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    x[i] = record::nvfp4_prescale(x[i], s);
+    gy = record::max_f(gy, record::abs_f(x[i]));
+  }
+  c.scale_byte = record::nvfp4_group_scale_byte(gy);
+  const float d = codec::e4m3_decode(c.scale_byte);
+  c.nib[0] = c.nib[1] = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) c.nib[i / 8] |= static_cast<uint32_t>(record::nvfp4_nibble(x[i], d)) << (4 * (i % 8));
+  return c;
+}
+
+template <class In, class F>
+__device__ __forceinline__ void encode_token(const RawToken<In>& raw, uint8_t* cache, int64_t capacity,
+                                             float layer_scale, float layer_inv_scale,
+                                             unsigned long long* error_count, int lane, bool packed_ok) {
+  constexpr RecordSpec spec = F::spec;
   const int64_t slot = raw.slot;
   if (slot < 0) return;  // padded slot
   if (slot >= capacity) {
     if (lane == 0 && error_count) atomicAdd(error_count, 1ull);
     return;
   }
-  const int rb = spec.record_bytes();
-  uint8_t* rec = cache + slot * rb;
+  uint8_t* rec = cache + slot * F::kRecordBytes;
   constexpr bool kBf16In = std::is_same_v<In, Bf16Bits>;
-  if (spec.dtype == CacheDtype::bf16) {
+  if constexpr (spec.dtype == CacheDtype::bf16) {
     uint32_t w[8];
     if constexpr (kBf16In) {
       const uint32_t* src = reinterpret_cast<const uint32_t*>(raw.v);
@@ -150,10 +184,24 @@ __device__ __forceinline__ void encode_token(const RecordSpec& spec, const RawTo
     return;
   }
 
-  const float r[2] = {record::sanitize(rope_value(raw, 0)), record::sanitize(rope_value(raw, 1))};
-  const uint32_t rope_bf16 = codec::bf16_encode_satfinite(r[0]) |
-                             (static_cast<uint32_t>(codec::bf16_encode_satfinite(r[1])) << 16);
-  if (spec.dtype == CacheDtype::fp8_ds_mla) {
+  // The lane's two RoPE values, sanitized, their BF16 record word and max |r| (non-negative,
+  // so its bits order like the value). Finite BF16 pairs come through unchanged.
+  float r[2];
+  uint32_t rope_bf16, rope_abs_bits;
+  uint32_t rbits = 0x7F80u;
+  if constexpr (kBf16In) rbits = fastenc::bf16_abs_max_bits(reinterpret_cast<const uint32_t(&)[1]>(raw.r[0]));
+  if (rbits < 0x7F80u) {
+    r[0] = __uint_as_float(raw.r[0] << 16);
+    r[1] = __uint_as_float(raw.r[0] & 0xFFFF0000u);
+    rope_bf16 = raw.r[0];
+    rope_abs_bits = rbits << 16;
+  } else {
+    r[0] = record::sanitize(rope_value(raw, 0));
+    r[1] = record::sanitize(rope_value(raw, 1));
+    rope_bf16 = codec::bf16_encode_satfinite(r[0]) | (static_cast<uint32_t>(codec::bf16_encode_satfinite(r[1])) << 16);
+    rope_abs_bits = __float_as_uint(fmaxf(fabsf(r[0]), fabsf(r[1])));
+  }
+  if constexpr (spec.dtype == CacheDtype::fp8_ds_mla) {
     namespace L = layout::fp8;
     float x[16];
 #pragma unroll
@@ -187,39 +235,31 @@ __device__ __forceinline__ void encode_token(const RecordSpec& spec, const RawTo
   }
   const float token_amax = spec.scale_mode == ScaleMode::dynamic ? warp_max_nonneg(gmax) : 0.0f;
   const float s = record::nvfp4_writer_scale(spec.scale_mode, layer_scale, token_amax);
-  const bool unit = spec.scale_mode == ScaleMode::implicit;
+  constexpr bool unit = spec.scale_mode == ScaleMode::implicit;
   const bool fast_scale = unit || s == 0.0f || (s >= fastenc::kMinFastScale && s <= fastenc::kMaxFastScale);  // warp-uniform
   uint32_t nib[2];
   uint8_t scale_byte;
   if (packed && fast_scale) {
-    scale_byte = fastenc::nvfp4_group_bf16(reinterpret_cast<const uint32_t(&)[8]>(*w), gbits, s, unit, nib);
+    // Static mode divides by the layer's scale through its reciprocal, taken once per thread.
+    float ymax = gmax;
+    if constexpr (spec.scale_mode == ScaleMode::static_calibrated)
+      ymax = fastenc::nvfp4_prescale_by_rcp(gmax, s, layer_inv_scale);
+    else if constexpr (spec.scale_mode == ScaleMode::dynamic)
+      ymax = record::nvfp4_prescale(gmax, s);
+    scale_byte = fastenc::nvfp4_group_bf16<unit>(reinterpret_cast<const uint32_t(&)[8]>(*w), ymax, s, nib);
   } else {
-    float x[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) x[i] = record::sanitize(latent_value(raw, i));
-    if (fast_scale) {
-      scale_byte = fastenc::nvfp4_group(x, gmax, s, unit, nib);
-    } else {  // outer scales far from real activations: the recipe's divisions as written
-      float gy = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        x[i] = record::nvfp4_prescale(x[i], s);
-        gy = record::max_f(gy, record::abs_f(x[i]));
-      }
-      scale_byte = record::nvfp4_group_scale_byte(gy);
-      const float d = codec::e4m3_decode(scale_byte);
-      nib[0] = nib[1] = 0;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) nib[i / 8] |= static_cast<uint32_t>(record::nvfp4_nibble(x[i], d)) << (4 * (i % 8));
-    }
+    const GroupCode c = encode_group_fp32(raw, gmax, s, unit, fast_scale);
+    nib[0] = c.nib[0];
+    nib[1] = c.nib[1];
+    scale_byte = c.scale_byte;
   }
   *reinterpret_cast<uint2*>(rec + L::kLatentOffset + 8 * lane) = make_uint2(nib[0], nib[1]);
   rec[L::kGroupScaleOffset + lane] = scale_byte;
 
   static_assert(L::kRopeScaleOffset % 16 == 0 && L::kRopeScaleOffset + 16 == L::kRopeOffset);
-  if (spec.rope == RopeEncoding::fp8) {
-    const float rs = record::rope_fp8_scale(warp_max_nonneg(fmaxf(fabsf(r[0]), fabsf(r[1]))));
-    const uint32_t two = rs == 0.0f ? 0u : fastenc::e4m3x2(r[0] / rs, r[1] / rs);  // as record::rope_fp8_byte
+  if constexpr (spec.rope == RopeEncoding::fp8) {
+    const float rs = record::rope_fp8_scale(__uint_as_float(__reduce_max_sync(kFull, rope_abs_bits)));
+    const uint32_t two = fastenc::rope_fp8_pair(r[0], r[1], rs);
     *reinterpret_cast<uint16_t*>(rec + L::kRopeOffset + 2 * lane) = static_cast<uint16_t>(two);
     if (lane == 0)  // rope scale, token scale, zero padding [296, 304)
       *reinterpret_cast<uint4*>(rec + L::kRopeScaleOffset) =
@@ -230,32 +270,54 @@ __device__ __forceinline__ void encode_token(const RecordSpec& spec, const RawTo
   }
 }
 
+template <class F>
+constexpr int kTokenUnroll = F::spec.is_nvfp4() ? 1 : 4;
+
 // Each warp encodes kTokensPerWarp consecutive tokens, loading the next one while it encodes.
-template <class In>
+// One kernel per input type and record format F (format_dispatch.cuh).
+template <class In, class F>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks<In>)
-write_cache_kernel(RecordSpec spec, const In* __restrict__ kv_c, const In* __restrict__ k_pe, int64_t num_tokens,
+write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int64_t num_tokens,
                    int64_t kv_c_stride, int64_t k_pe_stride, const int64_t* __restrict__ slots,
                    uint8_t* __restrict__ cache, int64_t capacity, float layer_scale,
                    unsigned long long* error_count) {
   const int lane = threadIdx.x & 31;
   constexpr int kTpw = kTokensPerWarp<In>;
-  // The packed path counts on HSET2's all-ones halves for set.u32.bf16x2 (the PTX text is
-  // ambiguous on it); checked once, else every lane takes the fp32 path.
-  const bool packed_ok = fastenc::bf16x2_ge_mask(0x3F803F80u, 0x3F800000u) == 0xFFFFFFFFu;
+  // The packed path counts on HSET2's all-ones halves for set.{ge,gt}.u32.bf16x2 (the PTX text
+  // is ambiguous on it); checked once, else every lane takes the fp32 path.
+  const bool packed_ok = fastenc::bf16x2_ge_mask(0x3F803F80u, 0x3F800000u) == 0xFFFFFFFFu &&
+                         fastenc::bf16x2_gt_mask(0x3F813F80u, 0x3F803F80u) == 0xFFFF0000u;
   int64_t t = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kTpw;
   if (t >= num_tokens) return;
+  const float layer_inv_scale =
+      F::spec.scale_mode == ScaleMode::static_calibrated ? fastenc::nvfp4_inverse_scale(layer_scale) : 0.0f;
   RawToken<In> cur = load_token(kv_c, k_pe, t, kv_c_stride, k_pe_stride, slots, lane);
   if constexpr (kTpw == 1) {
-    encode_token(spec, cur, cache, capacity, layer_scale, error_count, lane, packed_ok);
+    encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, error_count, lane, packed_ok);
   } else {
-    const int64_t end = t + kTpw < num_tokens ? t + kTpw : num_tokens;
-    for (; t < end; ++t) {
+    const int64_t count = num_tokens - t;  // >= 1
+    // bf16 and fp8 records: fully unrolled, so that `cur` and `next` are renamed rather than
+    // copied. NVFP4 records: rolled (unrolled, its fp32 fallback path would spill at 64 registers).
+#pragma unroll(kTokenUnroll<F>)
+    for (int i = 0; i < kTpw; ++i) {
       RawToken<In> next = cur;
-      if (t + 1 < end) next = load_token(kv_c, k_pe, t + 1, kv_c_stride, k_pe_stride, slots, lane);
-      encode_token(spec, cur, cache, capacity, layer_scale, error_count, lane, packed_ok);
+      if (i + 1 < count && i + 1 < kTpw) next = load_token(kv_c, k_pe, t + i + 1, kv_c_stride, k_pe_stride, slots, lane);
+      encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, error_count, lane, packed_ok);
+      if (i + 1 >= count) break;
       cur = next;
     }
   }
+}
+
+template <class In>
+void launch_write(const RecordSpec& spec, const CacheWriteArgs& a, cudaStream_t stream) {
+  constexpr int64_t per_block = int64_t(kWarpsPerBlock) * kTokensPerWarp<In>;
+  const auto blocks = static_cast<unsigned>((a.num_tokens + per_block - 1) / per_block);
+  with_record_format(spec, "write_cache", [&](auto format) {
+    write_cache_kernel<In, decltype(format)><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+        static_cast<const In*>(a.kv_c), static_cast<const In*>(a.k_pe), a.num_tokens, a.kv_c_stride, a.k_pe_stride,
+        a.slot_mapping, a.cache, a.capacity, a.layer_scale, a.error_count);
+  });
 }
 
 // One warp per slot, 16-byte copies (every record width is a multiple of 16).
@@ -296,26 +358,10 @@ void write_cache(const RecordSpec& spec, const CacheWriteArgs& a, cudaStream_t s
   if (!aligned16(a.kv_c) || !aligned16(a.cache) || (a.kv_c_stride * elem) % 16 != 0 ||
       (reinterpret_cast<uintptr_t>(a.k_pe) % (2 * elem)) != 0 || (a.k_pe_stride % 2) != 0)
     throw Error("write_cache: kv_c rows and the cache must be 16-byte aligned; k_pe rows aligned to a value pair");
-  auto blocks_for = [&](int tokens_per_warp) {
-    const int64_t per_block = int64_t(kWarpsPerBlock) * tokens_per_warp;
-    return static_cast<unsigned>((a.num_tokens + per_block - 1) / per_block);
-  };
   switch (a.input_type) {
-    case InputType::bf16:
-      write_cache_kernel<Bf16Bits><<<blocks_for(kTokensPerWarp<Bf16Bits>), kWarpsPerBlock * 32, 0, stream>>>(
-          spec, static_cast<const Bf16Bits*>(a.kv_c), static_cast<const Bf16Bits*>(a.k_pe), a.num_tokens,
-          a.kv_c_stride, a.k_pe_stride, a.slot_mapping, a.cache, a.capacity, a.layer_scale, a.error_count);
-      break;
-    case InputType::fp16:
-      write_cache_kernel<Fp16Bits><<<blocks_for(kTokensPerWarp<Fp16Bits>), kWarpsPerBlock * 32, 0, stream>>>(
-          spec, static_cast<const Fp16Bits*>(a.kv_c), static_cast<const Fp16Bits*>(a.k_pe), a.num_tokens,
-          a.kv_c_stride, a.k_pe_stride, a.slot_mapping, a.cache, a.capacity, a.layer_scale, a.error_count);
-      break;
-    case InputType::f32:
-      write_cache_kernel<float><<<blocks_for(kTokensPerWarp<float>), kWarpsPerBlock * 32, 0, stream>>>(
-          spec, static_cast<const float*>(a.kv_c), static_cast<const float*>(a.k_pe), a.num_tokens, a.kv_c_stride,
-          a.k_pe_stride, a.slot_mapping, a.cache, a.capacity, a.layer_scale, a.error_count);
-      break;
+    case InputType::bf16: launch_write<Bf16Bits>(spec, a, stream); break;
+    case InputType::fp16: launch_write<Fp16Bits>(spec, a, stream); break;
+    case InputType::f32: launch_write<float>(spec, a, stream); break;
   }
   check_launch("write_cache kernel launch");
 }
