@@ -29,9 +29,11 @@ constexpr int kWarpsPerBlock = 8;
 template <class In>
 constexpr int kTokensPerWarp = std::is_same_v<In, Bf16Bits> ? 4 : 1;
 // Resident blocks per SM the register allocation must allow: 4 (64 registers) for BF16, 3 for
-// the others (their fp32 path would spill at 64).
-template <class In>
-constexpr int kMinBlocks = std::is_same_v<In, Bf16Bits> ? 4 : 3;
+// the others (their fp32 path would spill at 64) and for BF16 into 368-byte records (the RoPE
+// scale's reciprocal and the two token buffers need ~80; still 24 warps per SM, each with a
+// token in flight).
+template <class In, class F>
+constexpr int kMinBlocks = std::is_same_v<In, Bf16Bits> && !F::spec.rope_is_fp8() ? 4 : 3;
 constexpr unsigned kFull = 0xFFFFFFFFu;
 
 __device__ __forceinline__ float warp_max(float v, int width = 32) {
@@ -58,24 +60,41 @@ struct RawToken {
   int64_t slot;
 };
 
+// Reads a warp's consecutive tokens in order: the lane's pointers into the current token's
+// rows, advanced by one row per token (no per-token 64-bit index arithmetic; the strides stay
+// kernel parameters rather than registers).
 template <class In>
-__device__ __forceinline__ RawToken<In> load_token(const In* kv_c, const In* k_pe, int64_t t, int64_t kv_c_stride,
-                                                   int64_t k_pe_stride, const int64_t* slots, int lane) {
-  RawToken<In> raw;
-  raw.slot = __ldcs(slots + t);
-  const uint4* v = reinterpret_cast<const uint4*>(kv_c + t * kv_c_stride + 16 * lane);
+struct TokenReader {
+  const uint4* v;  // latent values 16 lane .. 16 lane + 15
+  const In* r;     // RoPE values 2 lane, 2 lane + 1
+  const int64_t* slot;
+
+  __device__ __forceinline__ TokenReader(const In* kv_c, const In* k_pe, const int64_t* slots, int64_t t,
+                                         int64_t kv_c_stride, int64_t k_pe_stride, int lane)
+      : v(reinterpret_cast<const uint4*>(kv_c + t * kv_c_stride + 16 * lane)),
+        r(k_pe + t * k_pe_stride + 2 * lane),
+        slot(slots + t) {}
+
+  // The current token's raw input (16-byte and pair-sized loads; the host wrapper checks the
+  // alignment); then moves to the next token.
+  __device__ __forceinline__ RawToken<In> next(int64_t kv_c_stride, int64_t k_pe_stride) {
+    RawToken<In> raw;
+    raw.slot = __ldcs(slot);
 #pragma unroll
-  for (int i = 0; i < RawToken<In>::kVecs; ++i) raw.v[i] = __ldcs(v + i);
-  const In* r = k_pe + t * k_pe_stride + 2 * lane;
-  if constexpr (sizeof(In) == 4) {
-    const uint2 w = __ldcs(reinterpret_cast<const uint2*>(r));
-    raw.r[0] = w.x;
-    raw.r[1] = w.y;
-  } else {
-    raw.r[0] = __ldcs(reinterpret_cast<const unsigned int*>(r));
+    for (int i = 0; i < RawToken<In>::kVecs; ++i) raw.v[i] = __ldcs(v + i);
+    if constexpr (sizeof(In) == 4) {
+      const uint2 w = __ldcs(reinterpret_cast<const uint2*>(r));
+      raw.r[0] = w.x;
+      raw.r[1] = w.y;
+    } else {
+      raw.r[0] = __ldcs(reinterpret_cast<const unsigned int*>(r));
+    }
+    v = reinterpret_cast<const uint4*>(reinterpret_cast<const In*>(v) + kv_c_stride);
+    r += k_pe_stride;
+    ++slot;
+    return raw;
   }
-  return raw;
-}
+};
 
 // The 16 latent and 2 RoPE values of a lane as fp32 (not sanitized).
 template <class In>
@@ -271,12 +290,12 @@ __device__ __forceinline__ void encode_token(const RawToken<In>& raw, uint8_t* c
 }
 
 template <class F>
-constexpr int kTokenUnroll = F::spec.is_nvfp4() ? 1 : 4;
+constexpr int kPairUnroll = F::spec.is_nvfp4() ? 1 : 2;
 
 // Each warp encodes kTokensPerWarp consecutive tokens, loading the next one while it encodes.
 // One kernel per input type and record format F (format_dispatch.cuh).
 template <class In, class F>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks<In>)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks<In, F>)
 write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int64_t num_tokens,
                    int64_t kv_c_stride, int64_t k_pe_stride, const int64_t* __restrict__ slots,
                    uint8_t* __restrict__ cache, int64_t capacity, float layer_scale,
@@ -291,20 +310,26 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
   if (t >= num_tokens) return;
   const float layer_inv_scale =
       F::spec.scale_mode == ScaleMode::static_calibrated ? fastenc::nvfp4_inverse_scale(layer_scale) : 0.0f;
-  RawToken<In> cur = load_token(kv_c, k_pe, t, kv_c_stride, k_pe_stride, slots, lane);
+  TokenReader<In> reader(kv_c, k_pe, slots, t, kv_c_stride, k_pe_stride, lane);
+  RawToken<In> cur = reader.next(kv_c_stride, k_pe_stride);
   if constexpr (kTpw == 1) {
     encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, error_count, lane, packed_ok);
   } else {
-    const int64_t count = num_tokens - t;  // >= 1
-    // bf16 and fp8 records: fully unrolled, so that `cur` and `next` are renamed rather than
-    // copied. NVFP4 records: rolled (unrolled, its fp32 fallback path would spill at 64 registers).
-#pragma unroll(kTokenUnroll<F>)
-    for (int i = 0; i < kTpw; ++i) {
-      RawToken<In> next = cur;
-      if (i + 1 < count && i + 1 < kTpw) next = load_token(kv_c, k_pe, t + i + 1, kv_c_stride, k_pe_stride, slots, lane);
+    const int count = num_tokens - t < kTpw ? static_cast<int>(num_tokens - t) : kTpw;  // >= 1
+    // Two token buffers taking turns (a copy from one into the other would cost a move per
+    // register and token). bf16 and fp8 records unroll fully; NVFP4 records keep the pair loop
+    // rolled (unrolled, the fp32 fallback path beside the packed one would spill at 64 registers).
+    static_assert(kTpw % 2 == 0);
+#pragma unroll(kPairUnroll<F>)
+    for (int i = 0; i < count; i += 2) {
+      RawToken<In> next;
+      const bool pair = i + 1 < count;
+      if (pair) next = reader.next(kv_c_stride, k_pe_stride);
       encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, error_count, lane, packed_ok);
-      if (i + 1 >= count) break;
-      cur = next;
+      if (pair) {
+        if (i + 2 < count) cur = reader.next(kv_c_stride, k_pe_stride);
+        encode_token<In, F>(next, cache, capacity, layer_scale, layer_inv_scale, error_count, lane, packed_ok);
+      }
     }
   }
 }
