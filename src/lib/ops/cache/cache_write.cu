@@ -155,7 +155,7 @@ __device__ __forceinline__ GroupCode encode_group_fp32(const RawToken<In>& raw, 
 
 template <class In, class F>
 __device__ __forceinline__ void encode_token(const RawToken<In>& raw, uint8_t* cache, int64_t capacity,
-                                             float layer_scale, float layer_inv_scale,
+                                             float layer_scale, float layer_inv_scale, const uint4* static_bounds,
                                              unsigned long long* error_count, int lane, bool packed_ok) {
   constexpr RecordSpec spec = F::spec;
   const int64_t slot = raw.slot;
@@ -259,13 +259,19 @@ __device__ __forceinline__ void encode_token(const RawToken<In>& raw, uint8_t* c
   uint32_t nib[2];
   uint8_t scale_byte;
   if (packed && fast_scale) {
-    // Static mode divides by the layer's scale through its reciprocal, taken once per thread.
-    float ymax = gmax;
-    if constexpr (spec.scale_mode == ScaleMode::static_calibrated)
-      ymax = fastenc::nvfp4_prescale_by_rcp(gmax, s, layer_inv_scale);
-    else if constexpr (spec.scale_mode == ScaleMode::dynamic)
-      ymax = record::nvfp4_prescale(gmax, s);
-    scale_byte = fastenc::nvfp4_group_bf16<unit>(reinterpret_cast<const uint32_t(&)[8]>(*w), ymax, s, nib);
+    const uint32_t(&words)[8] = reinterpret_cast<const uint32_t(&)[8]>(*w);
+    if constexpr (spec.scale_mode == ScaleMode::static_calibrated) {
+      // The layer's scale is fixed: divide through its reciprocal (taken once per thread) and
+      // read the group's bounds from the block's table (one row per scale byte).
+      scale_byte = fastenc::e4m3_byte_div6(fastenc::nvfp4_prescale_by_rcp(gmax, s, layer_inv_scale));
+      const uint4 row = static_bounds[scale_byte];
+      uint32_t b[7];
+      fastenc::nvfp4_bounds_bf16x2_from4({row.x, row.y, row.z, row.w}, b);
+      fastenc::nvfp4_nibbles_bf16(words, b, scale_byte == 0, nib);
+    } else {
+      const float ymax = unit ? gmax : record::nvfp4_prescale(gmax, s);
+      scale_byte = fastenc::nvfp4_group_bf16<unit>(words, ymax, s, nib);
+    }
   } else {
     const GroupCode c = encode_group_fp32(raw, gmax, s, unit, fast_scale);
     nib[0] = c.nib[0];
@@ -306,6 +312,21 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
   // is ambiguous on it); checked once, else every lane takes the fp32 path.
   const bool packed_ok = fastenc::bf16x2_ge_mask(0x3F803F80u, 0x3F800000u) == 0xFFFFFFFFu &&
                          fastenc::bf16x2_gt_mask(0x3F813F80u, 0x3F803F80u) == 0xFFFF0000u;
+  // Static mode, BF16 inputs: the first four BF16 bounds of every scale byte under the layer's
+  // scale (nvfp4_bounds_bf16x2_first4), built once per block; rows of scales outside the fast
+  // range are unused (those groups take the fp32 path).
+  constexpr bool kStaticTable = F::spec.scale_mode == ScaleMode::static_calibrated && std::is_same_v<In, Bf16Bits>;
+  __shared__ uint4 static_bounds[kStaticTable ? 128 : 1];
+  if constexpr (kStaticTable) {
+    const bool fast = layer_scale == 0.0f || (layer_scale >= fastenc::kMinFastScale && layer_scale <= fastenc::kMaxFastScale);
+    for (int byte = threadIdx.x; byte < 128; byte += blockDim.x) {
+      uint32_t b[4] = {0u, 0u, 0u, 0u};
+      if (fast && byte >= 1 && byte <= codec::kE4M3MaxByte)
+        fastenc::nvfp4_bounds_bf16x2_first4(fastenc::e4m3_decode(static_cast<uint8_t>(byte)), layer_scale, b);
+      static_bounds[byte] = make_uint4(b[0], b[1], b[2], b[3]);
+    }
+    __syncthreads();
+  }
   int64_t t = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5)) * kTpw;
   if (t >= num_tokens) return;
   const float layer_inv_scale =
@@ -313,7 +334,7 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
   TokenReader<In> reader(kv_c, k_pe, slots, t, kv_c_stride, k_pe_stride, lane);
   RawToken<In> cur = reader.next(kv_c_stride, k_pe_stride);
   if constexpr (kTpw == 1) {
-    encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, error_count, lane, packed_ok);
+    encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, static_bounds, error_count, lane, packed_ok);
   } else {
     const int count = num_tokens - t < kTpw ? static_cast<int>(num_tokens - t) : kTpw;  // >= 1
     // Two token buffers taking turns (a copy from one into the other would cost a move per
@@ -325,10 +346,10 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
       RawToken<In> next;
       const bool pair = i + 1 < count;
       if (pair) next = reader.next(kv_c_stride, k_pe_stride);
-      encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, error_count, lane, packed_ok);
+      encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, static_bounds, error_count, lane, packed_ok);
       if (pair) {
         if (i + 2 < count) cur = reader.next(kv_c_stride, k_pe_stride);
-        encode_token<In, F>(next, cache, capacity, layer_scale, layer_inv_scale, error_count, lane, packed_ok);
+        encode_token<In, F>(next, cache, capacity, layer_scale, layer_inv_scale, static_bounds, error_count, lane, packed_ok);
       }
     }
   }

@@ -260,8 +260,9 @@ NVFP4MLA_HD uint32_t bf16x2_bound_mask(int k, uint32_t abs_pair, uint32_t bound)
 // The seven bounds of nvfp4_bounds(d, s) among BF16 values, each in both halves of a word
 // (d > 0; s as there): for odd k, RU_bf16 of the bound (|x| >= it); for even k, RD_bf16 of
 // RD(s (P + h)) (|x| > it: a BF16 value exceeds an fp32 value iff it exceeds its RD_bf16).
-// Bounds 4..6 from 2..3 by adding 1 or 2 to the BF16 exponents (exact, see the top).
-NVFP4MLA_HD void nvfp4_bounds_bf16x2(float d, float s, uint32_t (&b)[7]) {
+// Bounds 0..3 are computed; 4..6 follow from 2..3 by adding 1 or 2 to the BF16 exponents
+// (exact, see the top), so a table of the first four per scale byte serves as well.
+NVFP4MLA_HD void nvfp4_bounds_bf16x2_first4(float d, float s, uint32_t (&b)[4]) {
   const float s24 = s * 0x1p-24f;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -272,9 +273,17 @@ NVFP4MLA_HD void nvfp4_bounds_bf16x2(float d, float s, uint32_t (&b)[7]) {
     const uint32_t u = codec::float_bits(nvfp4_directed_bound(k, d, s, s24)) + ((k & 1) ? 0xFFFFu : 0u);
     b[k] = byte_perm(u, 0u, 0x3232u);
   }
+}
+NVFP4MLA_HD void nvfp4_bounds_bf16x2_from4(const uint32_t (&first4)[4], uint32_t (&b)[7]) {
+  for (int k = 0; k < 4; ++k) b[k] = first4[k];
   b[4] = b[2] + 0x00800080u;
   b[5] = b[3] + 0x00800080u;
   b[6] = b[2] + 0x01000100u;
+}
+NVFP4MLA_HD void nvfp4_bounds_bf16x2(float d, float s, uint32_t (&b)[7]) {
+  uint32_t first4[4];
+  nvfp4_bounds_bf16x2_first4(d, s, first4);
+  nvfp4_bounds_bf16x2_from4(first4, b);
 }
 
 // Packed BF16 product of two pairs, rounded to nearest even (exact for the products used here).
@@ -331,19 +340,9 @@ NVFP4MLA_HD uint32_t bf16_abs_max_bits(const uint32_t (&w)[N]) {
 NVFP4MLA_HD float nvfp4_inverse_scale(float s) { return s == 0.0f ? 0.0f : rcp_rn(s); }
 NVFP4MLA_HD float nvfp4_prescale_by_rcp(float gmax, float s, float inv_s) { return div_rn_by_rcp(gmax, s, inv_s); }
 
-// One 16-value BF16 group (w[i] = values 2i, 2i+1; all finite): same bytes as nvfp4_group of
-// the decoded values. `ymax` = RN(gmax / s) of the group's largest |x| (gmax itself when
-// kUnit, the implicit mode, where s is unused), else s = 0 or s in [kMinFastScale, kMaxFastScale].
-template <bool kUnit>
-NVFP4MLA_HD uint8_t nvfp4_group_bf16(const uint32_t (&w)[8], float ymax, float s, uint32_t (&nib)[2]) {
-  const uint8_t byte = e4m3_byte_div6(ymax);
-  const float d = e4m3_decode(byte);
-  uint32_t b[7];
-  if (kUnit) {
-    nvfp4_bounds_bf16x2_unit(d, b);
-  } else {
-    nvfp4_bounds_bf16x2(d, s, b);
-  }
+// Nibbles of a 16-value BF16 group (w[i] = values 2i, 2i+1; all finite) against the group's
+// BF16 bounds; zero nibbles (signs included) when d_zero, as the recipe writes for d = 0.
+NVFP4MLA_HD void nvfp4_nibbles_bf16(const uint32_t (&w)[8], const uint32_t (&b)[7], bool d_zero, uint32_t (&nib)[2]) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -367,8 +366,24 @@ NVFP4MLA_HD uint8_t nvfp4_group_bf16(const uint32_t (&w)[8], float ymax, float s
       const uint32_t sum = (m[0] + m[1] + m[2]) + (m[3] + m[4] + m[5]) + m[6];
       acc += sum * (0xFFFEFFFFu << (4 * a));  // (n_lo << 4a) + (n_hi << (4a + 16))
     }
-    nib[j] = d == 0.0f ? 0u : acc;  // d = 0: zero nibbles, signs included
+    nib[j] = d_zero ? 0u : acc;
   }
+}
+
+// One 16-value BF16 group (w[i] = values 2i, 2i+1; all finite): same bytes as nvfp4_group of
+// the decoded values. `ymax` = RN(gmax / s) of the group's largest |x| (gmax itself when
+// kUnit, the implicit mode, where s is unused), else s = 0 or s in [kMinFastScale, kMaxFastScale].
+template <bool kUnit>
+NVFP4MLA_HD uint8_t nvfp4_group_bf16(const uint32_t (&w)[8], float ymax, float s, uint32_t (&nib)[2]) {
+  const uint8_t byte = e4m3_byte_div6(ymax);
+  const float d = e4m3_decode(byte);
+  uint32_t b[7];
+  if (kUnit) {
+    nvfp4_bounds_bf16x2_unit(d, b);
+  } else {
+    nvfp4_bounds_bf16x2(d, s, b);
+  }
+  nvfp4_nibbles_bf16(w, b, d == 0.0f, nib);
   return byte;
 }
 
