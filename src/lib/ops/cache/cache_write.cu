@@ -342,7 +342,8 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
     // rolled (unrolled, the fp32 fallback path beside the packed one would spill at 64 registers).
     static_assert(kTpw % 2 == 0);
 #pragma unroll(kPairUnroll<F>)
-    for (int i = 0; i < count; i += 2) {
+    for (int i = 0; i < kTpw; i += 2) {  // a trip count known at compile time: unrolls cleanly
+      if (i >= count) break;
       RawToken<In> next;
       const bool pair = i + 1 < count;
       if (pair) next = reader.next(kv_c_stride, k_pe_stride);
