@@ -250,6 +250,13 @@ TEST(GpuCacheWriter, RejectsBadArguments) {
   a.kv_c = buf.get();
   a.kv_c_stride = 100;  // shorter than a latent row
   EXPECT_THROW(cuda::write_cache(kSpecNvfp4Fp8Rope, a, nullptr), Error);
+  // Not a record format (dynamic scales need the 368-byte record): an error, nothing written.
+  a.kv_c_stride = kLatentDim;
+  cache.fill_bytes(0xA5);
+  const RecordSpec dynamic_bf16_rope{CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::dynamic};
+  EXPECT_THROW(cuda::write_cache(dynamic_bf16_rope, a, nullptr), Error);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (uint8_t b : cache.download()) ASSERT_EQ(b, 0xA5);
 }
 
 TEST(GpuRecordCopy, GatherAndScatterRoundTrip) {
