@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -48,25 +51,26 @@ std::vector<Fp16Bits> as_input(const std::vector<uint16_t>& b, std::mt19937_64& 
 
 using nvfp4mla::testing::input_type;
 
+// Writes `kv`/`pe` (n tokens) on the GPU and compares every slot of the cache with the CPU
+// writer's records (poison where nothing is written) and the error counter.
 template <class In>
-void check_writer(const RecordSpec& spec, uint64_t seed) {
-  SCOPED_TRACE(nvfp4mla::testing::spec_name(spec));
-  const int64_t n = 3000, capacity = 4096;
-  const float layer_scale = 0.0123f;
-  const auto tokens = nvfp4mla::testing::random_tokens(n, seed, -6, 4, /*non_finite=*/true);
+void check_writer(const RecordSpec& spec, const std::vector<In>& kv, const std::vector<In>& pe, float layer_scale,
+                  uint64_t seed) {
+  SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " layer scale " + std::to_string(layer_scale));
+  const int64_t n = static_cast<int64_t>(pe.size()) / kRopeDim, capacity = n + 1096;
   std::mt19937_64 rng(seed + 1);
-  const auto kv = as_input<In>(tokens.kv_c, rng);
-  const auto pe = as_input<In>(tokens.k_pe, rng);
-  // Slot mapping: a random permutation of slots, with padded (-1) and out-of-range entries.
+  // Slot mapping: a random permutation of slots, with padded (negative) and out-of-range entries.
   std::vector<int64_t> perm(capacity);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
   std::vector<int64_t> slots(n);
   int64_t out_of_range = 0;
+  const int64_t kPadded[] = {-1, -2, std::numeric_limits<int64_t>::min()};
+  const int64_t kOutOfRange[] = {capacity, capacity + 1000, std::numeric_limits<int64_t>::max()};
   for (int64_t i = 0; i < n; ++i) {
     slots[i] = perm[i];
-    if (i % 37 == 3) slots[i] = -1;
-    if (i % 53 == 7) { slots[i] = capacity + (i % 3) * 1000; ++out_of_range; }
+    if (i % 37 == 3) slots[i] = kPadded[i % 3];
+    if (i % 53 == 7) { slots[i] = kOutOfRange[i % 3]; ++out_of_range; }
   }
   const int rb = spec.record_bytes();
   // Expected cache: poison everywhere, CPU records in the written slots.
@@ -101,6 +105,107 @@ void check_writer(const RecordSpec& spec, uint64_t seed) {
   EXPECT_EQ(d_err.download()[0], static_cast<unsigned long long>(out_of_range));
 }
 
+// 3001 tokens: BF16 warps take 4 consecutive tokens, so the last warp has a single one.
+template <class In>
+void check_writer(const RecordSpec& spec, uint64_t seed) {
+  const auto tokens = nvfp4mla::testing::random_tokens(3001, seed, -6, 4, /*non_finite=*/true);
+  std::mt19937_64 rng(seed + 1);
+  const auto kv = as_input<In>(tokens.kv_c, rng);
+  const auto pe = as_input<In>(tokens.k_pe, rng);
+  check_writer(spec, kv, pe, 0.0123f, seed);
+}
+
+// Adversarial BF16 tokens: each 16-value latent group, and each token's RoPE, of one kind:
+// zeros of both signs, E2M1 rounding ties (t d exactly, and one BF16 step either side, with the
+// group maximum 6 d fixing the scale d), E4M3 ties of the group scale (maximum 6 m, m an E4M3
+// midpoint), BF16 subnormals, NaN/Inf among finite values, saturating maxima near the BF16
+// limit, a single nonzero value, and random values over many decades.
+nvfp4mla::testing::TokenSet adversarial_tokens(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto bf16 = [](float v) { return codec::bf16_encode_rn(v); };
+  auto sign = [&](uint16_t b) { return static_cast<uint16_t>(b | ((rng() & 1) ? 0x8000u : 0u)); };
+  auto e4m3_value = [&]() { return codec::e4m3_decode(static_cast<uint8_t>(1 + rng() % 0x7E)); };
+  auto fill = [&](uint16_t* v, int count) {
+    const int kind = static_cast<int>(rng() % 8);
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
+    for (int i = 0; i < count; ++i) {
+      switch (kind) {
+        case 0: v[i] = (rng() & 1) ? 0x8000u : 0u; break;
+        case 1: {  // E2M1 ties against d = an E4M3 value (times a power of two)
+          const float d = e4m3_value() * scale;
+          const uint16_t tie = bf16(codec::e2m1_rounding_bound(static_cast<int>(rng() % 7)) * d);
+          const int step = static_cast<int>(rng() % 3) - 1;  // one BF16 step below, on, above
+          v[i] = sign(static_cast<uint16_t>(i == 0 ? bf16(6.0f * d) : tie + step));
+          break;
+        }
+        case 2: {  // group maximum at 6 x an E4M3 midpoint
+          const uint8_t b = static_cast<uint8_t>(rng() % 0x7E);
+          const float mid = 0.5f * (codec::e4m3_decode(b) + codec::e4m3_decode(static_cast<uint8_t>(b + 1)));
+          v[i] = sign(i == 0 ? bf16(6.0f * mid * scale) : bf16(std::ldexp(float(rng() % 1000) / 1000.0f, -2) * mid * scale));
+          break;
+        }
+        case 3: v[i] = sign(static_cast<uint16_t>(rng() % 0x80u + ((rng() % 4) == 0 ? 0x80u : 0u))); break;  // subnormal
+        case 4: {
+          const uint16_t special[] = {0x7F80u, 0xFF80u, 0x7FC0u, 0xFFC1u, 0x7F81u};
+          v[i] = (rng() % 4) == 0 ? special[rng() % 5] : sign(bf16(float(rng() % 1000) * scale));
+          break;
+        }
+        case 5: v[i] = sign(static_cast<uint16_t>(0x7F7Fu - rng() % 0x200u)); break;  // near the BF16 maximum
+        case 6: v[i] = i == 3 ? sign(bf16(float(1 + rng() % 200) * scale)) : 0u; break;
+        default: v[i] = sign(bf16(float(rng() % 100000) * std::ldexp(1.0f, static_cast<int>(rng() % 60) - 40))); break;
+      }
+    }
+  };
+  nvfp4mla::testing::TokenSet t;
+  t.n = n;
+  t.kv_c.resize(n * kLatentDim);
+  t.k_pe.resize(n * kRopeDim);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int g = 0; g < kLatentDim / 16; ++g) fill(&t.kv_c[i * kLatentDim + 16 * g], 16);
+    fill(&t.k_pe[i * kRopeDim], kRopeDim);
+  }
+  return t;
+}
+
+// The same values as FP16 (rounded; out of range to +/-Inf) and exactly as fp32.
+template <class In>
+std::vector<In> exact_input(const std::vector<uint16_t>& b);
+template <>
+std::vector<Bf16Bits> exact_input(const std::vector<uint16_t>& b) {
+  std::mt19937_64 unused;
+  return as_input<Bf16Bits>(b, unused);
+}
+template <>
+std::vector<float> exact_input(const std::vector<uint16_t>& b) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = codec::bf16_decode(b[i]);
+  return v;
+}
+template <>
+std::vector<Fp16Bits> exact_input(const std::vector<uint16_t>& b) {
+  std::vector<Fp16Bits> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) {
+    const _Float16 h = static_cast<_Float16>(codec::bf16_decode(b[i]));
+    std::memcpy(&v[i].bits, &h, 2);
+  }
+  return v;
+}
+
+// `n` not a multiple of 4 leaves the last BF16 warp a partial set of tokens (2 or 3 here).
+template <class In>
+void check_adversarial(uint64_t seed, int64_t n) {
+  const auto tokens = adversarial_tokens(n, seed);
+  const auto kv = exact_input<In>(tokens.kv_c);
+  const auto pe = exact_input<In>(tokens.k_pe);
+  // Static scales: a calibrated-looking one, a power of two (exact ties in y = x / s too), and
+  // ones outside the fast range (the recipe's divisions).
+  for (float layer_scale : {0.0123f, 0.25f, 1e-30f, 1e30f})
+    for (const auto& spec : kAllSpecs) {
+      if (layer_scale != 0.0123f && spec.scale_mode != ScaleMode::static_calibrated) continue;
+      check_writer(spec, kv, pe, layer_scale, seed);
+    }
+}
+
 }  // namespace
 
 TEST(GpuCacheWriter, BitIdenticalToCpuWriterBf16Input) {
@@ -116,6 +221,16 @@ TEST(GpuCacheWriter, BitIdenticalToCpuWriterFp16AndF32Input) {
     check_writer<Fp16Bits>(spec, seed++);
     check_writer<float>(spec, seed++);
   }
+}
+
+// Ties, zeros, subnormals, non-finite values and saturation in every format, scale mode and
+// input type.
+TEST(GpuCacheWriter, BitIdenticalToCpuWriterOnAdversarialInputs) {
+  NVFP4MLA_REQUIRE_GPU();
+  check_adversarial<Bf16Bits>(300, 2003);
+  check_adversarial<Bf16Bits>(303, 1002);
+  check_adversarial<Fp16Bits>(301, 2003);
+  check_adversarial<float>(302, 2003);
 }
 
 TEST(GpuCacheWriter, RejectsBadArguments) {
@@ -135,6 +250,13 @@ TEST(GpuCacheWriter, RejectsBadArguments) {
   a.kv_c = buf.get();
   a.kv_c_stride = 100;  // shorter than a latent row
   EXPECT_THROW(cuda::write_cache(kSpecNvfp4Fp8Rope, a, nullptr), Error);
+  // Not a record format (dynamic scales need the 368-byte record): an error, nothing written.
+  a.kv_c_stride = kLatentDim;
+  cache.fill_bytes(0xA5);
+  const RecordSpec dynamic_bf16_rope{CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::dynamic};
+  EXPECT_THROW(cuda::write_cache(dynamic_bf16_rope, a, nullptr), Error);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (uint8_t b : cache.download()) ASSERT_EQ(b, 0xA5);
 }
 
 TEST(GpuRecordCopy, GatherAndScatterRoundTrip) {

@@ -171,8 +171,21 @@ TEST(FastEncode, Nvfp4GroupMatchesTheRecipe) {
   EXPECT_EQ(bad, 0u);
 }
 
-// BF16 bounds: RU_bf16 of each fp32 bound is the recipe's step point among BF16 values, for
-// every nonzero E4M3 group scale and each outer scale.
+// BF16 bounds: for odd k the smallest BF16 magnitude the recipe takes to k + 1 or above (|x| >=
+// it), for even k the largest it keeps at k or below (|x| > it), for every nonzero E4M3 group
+// scale and each outer scale; the implicit-mode bounds are the same words as those for s = 1.
+namespace {
+bool bf16_bound_is_step(uint32_t word, int k, float s, float d) {
+  const uint32_t lo = word & 0xFFFFu;
+  if ((word >> 16) != lo || lo > 0x7F80u) return false;
+  if (k & 1)  // |x| >= lo reaches k + 1, the BF16 below does not
+    return (lo == 0x7F80u || recipe_magnitude(nc::bf16_decode(uint16_t(lo)), s, d) >= uint32_t(k + 1)) &&
+           (lo == 0 || recipe_magnitude(nc::bf16_decode(uint16_t(lo - 1)), s, d) <= uint32_t(k));
+  return recipe_magnitude(nc::bf16_decode(uint16_t(lo)), s, d) <= uint32_t(k) &&
+         (lo >= 0x7F7Fu || recipe_magnitude(nc::bf16_decode(uint16_t(lo + 1)), s, d) >= uint32_t(k + 1));
+}
+}  // namespace
+
 TEST(FastEncode, Nvfp4Bf16BoundsAreTheRecipeStepPoints) {
   std::mt19937 rng(13);
   const std::vector<float> scales = test_scales(rng, 20000);
@@ -183,13 +196,16 @@ TEST(FastEncode, Nvfp4Bf16BoundsAreTheRecipeStepPoints) {
       uint32_t b[7];
       fe::nvfp4_bounds_bf16x2(d, s, b);
       for (int k = 0; k < 7; ++k) {
-        const uint32_t lo = b[k] & 0xFFFFu;
-        const bool ok = (b[k] >> 16) == lo && lo <= 0x7F80u && (k == 0 || lo >= (b[k - 1] & 0xFFFFu)) &&
-                        (lo == 0x7F80u || recipe_magnitude(nc::bf16_decode(uint16_t(lo)), s, d) >= uint32_t(k + 1)) &&
-                        (lo == 0 || recipe_magnitude(nc::bf16_decode(uint16_t(lo - 1)), s, d) <= uint32_t(k));
-        if (!ok && bad++ < 5) ADD_FAILURE() << "d=" << d << " s=" << s << " k=" << k << std::hex << " bound=" << lo;
+        const bool ok = bf16_bound_is_step(b[k], k, s, d) && (k == 0 || (b[k] & 0xFFFFu) >= (b[k - 1] & 0xFFFFu));
+        if (!ok && bad++ < 5) ADD_FAILURE() << "d=" << d << " s=" << s << " k=" << k << std::hex << " bound=" << b[k];
       }
     }
+    uint32_t unit[7], one[7];
+    fe::nvfp4_bounds_bf16x2_unit(d, unit);
+    fe::nvfp4_bounds_bf16x2(d, 1.0f, one);
+    for (int k = 0; k < 7; ++k)
+      if ((unit[k] != one[k] || !bf16_bound_is_step(unit[k], k, 1.0f, d)) && bad++ < 5)
+        ADD_FAILURE() << "implicit d=" << d << " k=" << k << std::hex << " " << unit[k] << " vs " << one[k];
   }
   EXPECT_EQ(bad, 0u);
 }
@@ -208,10 +224,16 @@ TEST(FastEncode, Nvfp4Bf16GroupMatchesTheRecipe) {
     if (gbits >= 0x7F80u) return;  // not finite: the fp32 path
     uint32_t want[2], got[2];
     const uint8_t wb = recipe_group(x, s, unit, want);
-    const uint8_t gb = fe::nvfp4_group_bf16(w, gbits, s, unit, got);
-    if ((wb != gb || want[0] != got[0] || want[1] != got[1]) && bad++ < 5)
-      ADD_FAILURE() << "scale byte " << int(wb) << " vs " << int(gb) << std::hex << " nib " << want[0] << ","
-                    << want[1] << " vs " << got[0] << "," << got[1] << " s=" << s;
+    const float gmax = nc::bf16_decode(static_cast<uint16_t>(gbits));
+    // ymax as the writer's dynamic (division) and static (reciprocal) modes compute it.
+    const float ymax_div = unit ? gmax : nr::nvfp4_prescale(gmax, s);
+    const float ymax_rcp = unit ? gmax : fe::nvfp4_prescale_by_rcp(gmax, s, fe::nvfp4_inverse_scale(s));
+    for (float ymax : {ymax_div, ymax_rcp}) {
+      const uint8_t gb = unit ? fe::nvfp4_group_bf16<true>(w, ymax, s, got) : fe::nvfp4_group_bf16<false>(w, ymax, s, got);
+      if ((wb != gb || want[0] != got[0] || want[1] != got[1]) && bad++ < 5)
+        ADD_FAILURE() << "scale byte " << int(wb) << " vs " << int(gb) << std::hex << " nib " << want[0] << ","
+                      << want[1] << " vs " << got[0] << "," << got[1] << " s=" << s;
+    }
   };
   for (int iter = 0; iter < 400000; ++iter) {
     uint16_t h[16];
@@ -273,5 +295,76 @@ TEST(FastEncode, Fp8BytesMatchTheRecipe) {
       check(v[0], v[1], v[2], v[3]);
     }
   }
+  EXPECT_EQ(bad, 0u);
+}
+
+// The group scale byte without a division: E4M3(RN(y / 6)) for every y the writer can pass. The
+// byte changes only where y / 6 crosses an E4M3 midpoint, so every fp32 within 4096 ulps of 6 m
+// (m an E4M3 value or midpoint) is checked, plus a stride over all non-negative floats, the
+// ends, +Inf and the NaN a static-mode overflow produces.
+TEST(FastEncode, E4m3ByteDiv6MatchesTheRecipe) {
+  uint64_t bad = 0;
+  auto check = [&](float y) {
+    const uint8_t want = nr::nvfp4_group_scale_byte(std::isnan(y) ? INFINITY : y);
+    if (fe::e4m3_byte_div6(y) != want && bad++ < 5) ADD_FAILURE() << "y=" << y << " want " << int(want);
+  };
+  for (int b = 0; b < 0x7F; ++b) {
+    const float v = nc::e4m3_decode(static_cast<uint8_t>(b));
+    const float next = b < 0x7E ? nc::e4m3_decode(static_cast<uint8_t>(b + 1)) : 480.0f;  // saturation at 464
+    for (float m : {v, 0.5f * (v + next)}) {
+      const uint32_t c = nc::float_bits(6.0f * m);
+      for (uint32_t u = c > 4096 ? c - 4096 : 0; u <= c + 4096; ++u) check(nc::bits_float(u));
+    }
+  }
+  for (uint32_t u = 0; u < 0x7F800000u; u += 251) check(nc::bits_float(u));
+  for (float y : {0.0f, FLT_MIN, 1e-45f, 2784.0f, 2784.0001f, FLT_MAX, INFINITY, NAN}) check(y);
+  EXPECT_EQ(bad, 0u);
+}
+
+// Static mode's RN(gmax / s) through the reciprocal equals the recipe's division for every
+// finite BF16 gmax >= 2^-100 (the residual of smaller ones can underflow) and each outer scale
+// of the fast range (and s = 0), where the quotient is a normal fp32; for every gmax the scale
+// byte is the recipe's.
+TEST(FastEncode, PrescaleByReciprocalMatchesTheDivision) {
+  std::mt19937 rng(19);
+  std::vector<float> scales = test_scales(rng, 300);
+  scales.push_back(0.0f);
+  uint64_t bad = 0;
+  for (float s : scales) {
+    const float inv = fe::nvfp4_inverse_scale(s);
+    for (uint32_t h = 0; h < 0x7F80u; ++h) {
+      const float gmax = nc::bf16_decode(static_cast<uint16_t>(h));
+      const float want = nr::nvfp4_prescale(gmax, s);
+      const float got = fe::nvfp4_prescale_by_rcp(gmax, s, inv);
+      const bool same_value =
+          gmax < 0x1p-100f || !(std::fabs(want) >= FLT_MIN && std::fabs(want) <= FLT_MAX) || got == want;
+      if ((!same_value || fe::e4m3_byte_div6(got) != nr::nvfp4_group_scale_byte(want)) && bad++ < 5)
+        ADD_FAILURE() << "gmax=" << gmax << " s=" << s << " want " << want << " got " << got;
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// The 368-byte record's RoPE bytes through the reciprocal of the RoPE scale: every BF16 value
+// (both signs, -0, subnormals) against RoPE scales from maxima over the whole BF16 range and the
+// ends of the reciprocal range, as the writer uses it (|r| <= the maximum the scale comes from).
+TEST(FastEncode, RopeFp8PairMatchesTheRecipe) {
+  std::mt19937 rng(23);
+  std::vector<float> maxima = {0.0f, 1e-45f, FLT_MIN, 1.0f, 448.0f, 3.0e38f, FLT_MAX,
+                               nc::bits_float(0x00800000u) * 448.0f, 0x1p-125f * 448.0f, 0x1p125f * 448.0f};
+  for (int i = 0; i < 120; ++i) maxima.push_back(nc::bf16_decode(static_cast<uint16_t>(rng() % 0x7F80u)));
+  uint64_t bad = 0;
+  for (float amax : maxima) {
+    const float rs = nr::rope_fp8_scale(amax);
+    for (uint32_t h = 0; h < 0x10000u; h += 2) {
+      const float r0 = nr::sanitize(nc::bf16_decode(static_cast<uint16_t>(h)));
+      const float r1 = nr::sanitize(nc::bf16_decode(static_cast<uint16_t>(h + 1)));
+      if (std::fabs(r0) > amax || std::fabs(r1) > amax) continue;
+      const uint32_t want = nr::rope_fp8_byte(r0, rs) | (uint32_t(nr::rope_fp8_byte(r1, rs)) << 8);
+      if (fe::rope_fp8_pair(r0, r1, rs) != want && bad++ < 5)
+        ADD_FAILURE() << "r0=" << r0 << " r1=" << r1 << " rs=" << rs << std::hex << " want " << want;
+    }
+  }
+  EXPECT_EQ(fe::rope_fp8_pair(-0.0f, 0.0f, 1.0f), 0x0080u);  // -0 keeps its sign bit
   EXPECT_EQ(bad, 0u);
 }

@@ -13,6 +13,9 @@
 //  (2) RN(|x| / s) >= P  <=>  |x| >= RU(s (P - h)),  RN(|x| / s) > P  <=>  |x| > RD(s (P + h)),
 //      h = ulp(P) / 2 (P has an even significand, so the ties go to P).
 // So the nibble magnitude is the number of the seven per-group bounds that |x| reaches.
+// Bounds 4, 5, 6 are exactly 2x, 2x, 4x bounds 2, 3, 2 (t = 2.5, 3.5, 5 = 2 * 1.25, 2 * 1.75,
+// 4 * 1.25; P and h scale alike, and directed rounding commutes with powers of two while the
+// bounds stay normal, which the fast scale range guarantees).
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
@@ -53,6 +56,62 @@ NVFP4MLA_HD float e4m3_decode(uint8_t byte) {
 #else
   return codec::e4m3_decode(byte);
 #endif
+}
+
+// E4M3 byte of RN(y / 6) for y >= 0 (the group scale byte of record::nvfp4_group_scale_byte)
+// without a division: q = RN(y c), c = RN(1/6), corrected once with the exact residual
+// (Markstein: RN(q + (y - 6q) c) is the correctly rounded quotient). y is clamped to 2784
+// first (2784 / 6 = 464 and all above saturate to 448), which also keeps +Inf out.
+NVFP4MLA_HD uint8_t e4m3_byte_div6(float y) {
+  constexpr float kInv6 = static_cast<float>(1.0 / 6.0);
+  const float yc = fminf(y, 2784.0f);
+#if defined(__CUDA_ARCH__)
+  const float q = __fmul_rn(yc, kInv6);
+  const float r = __fmaf_rn(-6.0f, q, yc);
+  const float q1 = __fmaf_rn(r, kInv6, q);
+#else
+  const float q = yc * kInv6;
+  const float r = std::fma(-6.0f, q, yc);
+  const float q1 = std::fma(r, kInv6, q);
+#endif
+  return static_cast<uint8_t>(e4m3x2(q1, 0.0f) & 0xFFu);
+}
+
+// Correctly rounded reciprocal.
+NVFP4MLA_HD float rcp_rn(float b) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(b);
+#else
+  return 1.0f / b;
+#endif
+}
+
+// RN(x / b) from y = RN(1 / b) without a division (Markstein: q = RN(x y) is within an ulp, the
+// residual x - b q is exact, and RN(q + r y) is the correctly rounded quotient) where b, y and
+// x / b are normal and x is far enough above the underflow threshold for the residual (checked
+// from 2^-100 on); callers handle the ends they meet. The sign of q is kept for x = -0, whose
+// residual is +0.
+NVFP4MLA_HD float div_rn_by_rcp(float x, float b, float y) {
+#if defined(__CUDA_ARCH__)
+  const float q = __fmul_rn(x, y);
+  const float q1 = __fmaf_rn(__fmaf_rn(-b, q, x), y, q);
+#else
+  const float q = x * y;
+  const float q1 = std::fma(std::fma(-b, q, x), y, q);
+#endif
+  return codec::bits_float(codec::float_bits(q1) | (codec::float_bits(q) & 0x80000000u));
+}
+
+// Divisors with a normal reciprocal whose quotients of sanitized values stay finite here.
+inline constexpr float kMinRcpDivisor = 0x1p-125f;
+inline constexpr float kMaxRcpDivisor = 0x1p125f;
+
+// E4M3 bytes of the two RoPE values of a 368-byte record, as record::rope_fp8_byte (lo = r0).
+NVFP4MLA_HD uint32_t rope_fp8_pair(float r0, float r1, float rs) {
+  if (rs == 0.0f) return 0u;
+  if (!(rs >= kMinRcpDivisor && rs <= kMaxRcpDivisor)) return e4m3x2(r0 / rs, r1 / rs);
+  const float y = rcp_rn(rs);
+  return e4m3x2(div_rn_by_rcp(r0, rs, y), div_rn_by_rcp(r1, rs, y));
 }
 
 // fma rounded toward +inf (`up`) or -inf. The host version is exact only where a b + c fits a
@@ -121,7 +180,7 @@ NVFP4MLA_HD uint32_t nvfp4_nibble(float x, const Nvfp4Bounds& bd) {
 // `unit` for the implicit mode, else s = 0 or s in [kMinFastScale, kMaxFastScale].
 NVFP4MLA_HD uint8_t nvfp4_group(const float (&x)[16], float gmax, float s, bool unit, uint32_t (&nib)[2]) {
   const float ymax = unit ? gmax : record::nvfp4_prescale(gmax, s);  // RN(x / s) is monotone
-  const uint8_t byte = static_cast<uint8_t>(e4m3x2(ymax / codec::kE2M1Max, 0.0f) & 0xFFu);
+  const uint8_t byte = e4m3_byte_div6(ymax);
   const Nvfp4Bounds bd = nvfp4_bounds(e4m3_decode(byte), unit ? 1.0f : s);
   nib[0] = nib[1] = 0;
 #if defined(__CUDA_ARCH__)
@@ -171,18 +230,86 @@ NVFP4MLA_HD uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
 #endif
 }
 
-// RU_bf16 of the seven bounds of nvfp4_bounds(d, s), each in both halves of a word
-// (d > 0; s as there).
-NVFP4MLA_HD void nvfp4_bounds_bf16x2(float d, float s, uint32_t (&b)[7]) {
+// Magnitudes of a BF16 pair. On the device an abs that HSET2 can take as an operand modifier.
+NVFP4MLA_HD uint32_t bf16x2_abs(uint32_t a) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("abs.bf16x2 %0, %1;" : "=r"(r) : "r"(a));
+  return r;
+#else
+  return a & 0x7FFF7FFFu;
+#endif
+}
+
+// Per-half "a > b" masks of two non-negative, non-NaN BF16 pairs.
+NVFP4MLA_HD uint32_t bf16x2_gt_mask(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t m;
+  asm("set.gt.u32.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+  return m;
+#else
+  return ((a & 0xFFFFu) > (b & 0xFFFFu) ? 0xFFFFu : 0u) | ((a >> 16) > (b >> 16) ? 0xFFFF0000u : 0u);
+#endif
+}
+
+// BF16 bound k of a value pair reached: |x| >= b[k] for odd k, |x| > b[k] for even k.
+NVFP4MLA_HD uint32_t bf16x2_bound_mask(int k, uint32_t abs_pair, uint32_t bound) {
+  return (k & 1) ? bf16x2_ge_mask(abs_pair, bound) : bf16x2_gt_mask(abs_pair, bound);
+}
+
+// The seven bounds of nvfp4_bounds(d, s) among BF16 values, each in both halves of a word
+// (d > 0; s as there): for odd k, RU_bf16 of the bound (|x| >= it); for even k, RD_bf16 of
+// RD(s (P + h)) (|x| > it: a BF16 value exceeds an fp32 value iff it exceeds its RD_bf16).
+// Bounds 0..3 are computed; 4..6 follow from 2..3 by adding 1 or 2 to the BF16 exponents
+// (exact, see the top), so a table of the first four per scale byte serves as well.
+NVFP4MLA_HD void nvfp4_bounds_bf16x2_first4(float d, float s, uint32_t (&b)[4]) {
   const float s24 = s * 0x1p-24f;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int k = 0; k < 7; ++k) {
-    // Odd k: RU_bf16(RU(s (P - h))). Even k: the BF16 above RD(s (P + h)), i.e. RU_bf16 of
-    // the next float above it. A carry into the exponent (or to +Inf) stays correct.
-    const uint32_t u = codec::float_bits(nvfp4_directed_bound(k, d, s, s24)) + ((k & 1) ? 0xFFFFu : 0x10000u);
+  for (int k = 0; k < 4; ++k) {
+    // Odd k: RU(s (P - h)) rounded up to BF16 (a carry into the exponent, or to +Inf, stays
+    // correct). Even k: RD(s (P + h)) truncated.
+    const uint32_t u = codec::float_bits(nvfp4_directed_bound(k, d, s, s24)) + ((k & 1) ? 0xFFFFu : 0u);
     b[k] = byte_perm(u, 0u, 0x3232u);
+  }
+}
+NVFP4MLA_HD void nvfp4_bounds_bf16x2_from4(const uint32_t (&first4)[4], uint32_t (&b)[7]) {
+  for (int k = 0; k < 4; ++k) b[k] = first4[k];
+  b[4] = b[2] + 0x00800080u;
+  b[5] = b[3] + 0x00800080u;
+  b[6] = b[2] + 0x01000100u;
+}
+NVFP4MLA_HD void nvfp4_bounds_bf16x2(float d, float s, uint32_t (&b)[7]) {
+  uint32_t first4[4];
+  nvfp4_bounds_bf16x2_first4(d, s, first4);
+  nvfp4_bounds_bf16x2_from4(first4, b);
+}
+
+// Packed BF16 product of two pairs, rounded to nearest even (exact for the products used here).
+NVFP4MLA_HD uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  auto half = [](uint32_t x, uint32_t y) -> uint32_t {
+    return codec::bf16_encode_rn(codec::bf16_decode(static_cast<uint16_t>(x)) * codec::bf16_decode(static_cast<uint16_t>(y)));
+  };
+  return half(a & 0xFFFFu, b & 0xFFFFu) | (half(a >> 16, b >> 16) << 16);
+#endif
+}
+
+// nvfp4_bounds_bf16x2(d, 1) (implicit mode, d > 0): with s = 1 every bound is P = t d itself,
+// which has at most 3 + 4 significant bits and so is a BF16 value, t d exactly.
+NVFP4MLA_HD void nvfp4_bounds_bf16x2_unit(float d, uint32_t (&b)[7]) {
+  const uint32_t dd = byte_perm(codec::float_bits(d), 0u, 0x3232u);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int k = 0; k < 7; ++k) {
+    const uint32_t t = codec::float_bits(codec::e2m1_rounding_bound(k)) >> 16;
+    b[k] = bf16x2_mul(dd, t | (t << 16));
   }
 }
 
@@ -192,8 +319,11 @@ template <int N>
 NVFP4MLA_HD uint32_t bf16_abs_max_bits(const uint32_t (&w)[N]) {
   uint32_t m = 0;
 #if defined(__CUDA_ARCH__)
+  // Packed BF16 max of magnitudes that keeps NaN (as 0x7FFF): HMNMX2 takes |a|, |b| itself.
+  m = w[0];
 #pragma unroll
-  for (int i = 0; i < N; ++i) m = __vmaxu2(m, w[i] & 0x7FFF7FFFu);
+  for (int i = 1; i < N; ++i) asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(m), "r"(w[i]));
+  m &= 0x7FFF7FFFu;
   return max(m & 0xFFFFu, m >> 16);
 #else
   for (int i = 0; i < N; ++i) {
@@ -204,15 +334,15 @@ NVFP4MLA_HD uint32_t bf16_abs_max_bits(const uint32_t (&w)[N]) {
 #endif
 }
 
-// One 16-value BF16 group (w[i] = values 2i, 2i+1; all finite): same bytes as nvfp4_group of
-// the decoded values. `gbits` = bf16_abs_max_bits(w).
-NVFP4MLA_HD uint8_t nvfp4_group_bf16(const uint32_t (&w)[8], uint32_t gbits, float s, bool unit, uint32_t (&nib)[2]) {
-  const float gmax = codec::bits_float(gbits << 16);
-  const float ymax = unit ? gmax : record::nvfp4_prescale(gmax, s);
-  const uint8_t byte = static_cast<uint8_t>(e4m3x2(ymax / codec::kE2M1Max, 0.0f) & 0xFFu);
-  const float d = e4m3_decode(byte);
-  uint32_t b[7];
-  nvfp4_bounds_bf16x2(d, unit ? 1.0f : s, b);
+// RN(gmax / s) of the recipe (record::nvfp4_prescale) for s = 0 or s in [kMinFastScale,
+// kMaxFastScale], with inv_s = nvfp4_inverse_scale(s) instead of a division; an overflow gives
+// NaN, which e4m3_byte_div6 turns into the recipe's saturated byte as it does +Inf.
+NVFP4MLA_HD float nvfp4_inverse_scale(float s) { return s == 0.0f ? 0.0f : rcp_rn(s); }
+NVFP4MLA_HD float nvfp4_prescale_by_rcp(float gmax, float s, float inv_s) { return div_rn_by_rcp(gmax, s, inv_s); }
+
+// Nibbles of a 16-value BF16 group (w[i] = values 2i, 2i+1; all finite) against the group's
+// BF16 bounds; zero nibbles (signs included) when d_zero, as the recipe writes for d = 0.
+NVFP4MLA_HD void nvfp4_nibbles_bf16(const uint32_t (&w)[8], const uint32_t (&b)[7], bool d_zero, uint32_t (&nib)[2]) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -227,17 +357,33 @@ NVFP4MLA_HD uint8_t nvfp4_group_bf16(const uint32_t (&w)[8], uint32_t gbits, flo
 #pragma unroll
 #endif
     for (int a = 0; a < 4; ++a) {
-      const uint32_t av = p[a] & 0x7FFF7FFFu;
+      const uint32_t av = bf16x2_abs(p[a]);
       uint32_t m[7];
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-      for (int k = 0; k < 7; ++k) m[k] = bf16x2_ge_mask(av, b[k]);
+      for (int k = 0; k < 7; ++k) m[k] = bf16x2_bound_mask(k, av, b[k]);
       const uint32_t sum = (m[0] + m[1] + m[2]) + (m[3] + m[4] + m[5]) + m[6];
       acc += sum * (0xFFFEFFFFu << (4 * a));  // (n_lo << 4a) + (n_hi << (4a + 16))
     }
-    nib[j] = d == 0.0f ? 0u : acc;  // d = 0: zero nibbles, signs included
+    nib[j] = d_zero ? 0u : acc;
   }
+}
+
+// One 16-value BF16 group (w[i] = values 2i, 2i+1; all finite): same bytes as nvfp4_group of
+// the decoded values. `ymax` = RN(gmax / s) of the group's largest |x| (gmax itself when
+// kUnit, the implicit mode, where s is unused), else s = 0 or s in [kMinFastScale, kMaxFastScale].
+template <bool kUnit>
+NVFP4MLA_HD uint8_t nvfp4_group_bf16(const uint32_t (&w)[8], float ymax, float s, uint32_t (&nib)[2]) {
+  const uint8_t byte = e4m3_byte_div6(ymax);
+  const float d = e4m3_decode(byte);
+  uint32_t b[7];
+  if (kUnit) {
+    nvfp4_bounds_bf16x2_unit(d, b);
+  } else {
+    nvfp4_bounds_bf16x2(d, s, b);
+  }
+  nvfp4_nibbles_bf16(w, b, d == 0.0f, nib);
   return byte;
 }
 
