@@ -73,18 +73,15 @@ struct Params {
 };
 
 // 256-column blocks split each tile's product into two 128-column halves with their own
-// accumulators, so that a warpgroup's tensor-core work for one half runs while it sums the other
-// (the epilogue, on the CUDA cores): the second half of a tile is still in flight when the next
-// tile's first half is queued, so the tensor cores never wait for a warpgroup's epilogue. These
-// blocks keep one more tile in the ring because a tile's second half is summed during the next
-// tile's first.
+// accumulators, queued back to back, so that a warpgroup sums the first half (the epilogue, on
+// the CUDA cores) while the tensor cores run the second. Nothing stays in flight across a branch
+// (ptxas serializes wgmma otherwise).
 template <Mma E, int kN>
 inline constexpr bool kSplitHalves = E == Mma::wgmma && kN == 256;
-template <Mma E, int kN>
-inline constexpr int kRingTiles = kSplitHalves<E, kN> ? 5 : 4;
+inline constexpr int kStages = 4;  // tiles in flight per warpgroup
 
 // Operands first: every tile starts at a multiple of 1024 bytes (swizzle atoms).
-template <int kN, int kStages>
+template <int kN>
 struct Layout {
   static constexpr int q_off = 0;                                       // kN x 128 bytes
   static constexpr int keys_off = q_off + kN * kDim;                    // kGroups x kStages tiles
@@ -267,8 +264,7 @@ __device__ __forceinline__ void issue_product(float (&acc)[kCols / 8][4], const 
 template <Mma E, Source S, int kHp, int kN>
 __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 1 : 2) indexer_logits_kernel(const Params p) {
   constexpr int kRows = kN / kHp;
-  constexpr int kStages = kRingTiles<E, kN>;
-  using L = Layout<kN, kStages>;
+  using L = Layout<kN>;
   if (*p.invalid_count != 0) return;  // bad metadata: write nothing
   extern __shared__ __align__(1024) uint8_t smem[];  // swizzle atoms are 1024-byte aligned
   uint8_t* sq = smem + L::q_off;
@@ -328,11 +324,8 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   if (span.lo >= span.hi) return;
 
   // ---- per-warpgroup pipeline ----------------------------------------------------------------
-  // A tile's ring slot is reloaded only after every thread of the warpgroup has summed it: one
-  // iteration after its product with one accumulator, two with split halves. So the ring holds
-  // kAhead tiles ahead of the one being multiplied.
   constexpr bool kSplit = kSplitHalves<E, kN>;
-  constexpr int kAhead = kSplit ? kStages - 2 : kStages - 1;
+  constexpr int kAhead = kStages - 1;  // tiles loaded ahead of the one being multiplied
   const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
   uint8_t* ring = smem + L::keys_off + group * kStages * kTileBytes;
   float* scale_ring = reinterpret_cast<float*>(smem + L::scales_off) + group * kStages * kTileKeys;
@@ -412,18 +405,11 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     }
   };
 
-  // Split: the two halves' accumulators.
-  [[maybe_unused]] float acc[kSplit ? kPartCols / 8 : 1][4];
-  [[maybe_unused]] float acc_second[kSplit ? kPartCols / 8 : 1][4] = {};
-  int32_t prev_k = INT_MAX;
-  int prev_stage = 0;
   for (int it = 0; comp_k != INT_MAX; ++it) {
     const int stage = it % kStages;
     ptx::cp_async_wait_group<kAhead - 1>();
     wgmma::fence_proxy_async_smem();
-    // Tile `it` landed for every thread; every thread has summed the tiles up to it - 1 (split:
-    // it - 2), whose slots are free again.
-    ptx::named_barrier_sync(1 + group, 128);
+    ptx::named_barrier_sync(1 + group, 128);  // tile `it` landed; tile it-1 fully consumed
     if (load_k != INT_MAX) {
       const int ls = (it + kAhead) % kStages;
       loader.load(load_k, ahead_page, span.hi, ring + ls * kTileBytes, scale_ring + ls * kTileKeys);
@@ -434,19 +420,15 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
 
     const uint8_t* tile = ring + stage * kTileBytes;
     if constexpr (kSplit) {
-      // In flight on entry: the previous tile's second half. Queue this tile's first half, sum the
-      // previous second half, queue this second half, sum this first half.
-      issue_product<kPartCols>(acc, tile, sq);
-      // Also on the first tile (prev_k = INT_MAX matches no row: nothing is written): ptxas
-      // serializes every wgmma of the kernel when in-flight accumulators are read on a divergent
-      // path.
+      float first[kPartCols / 8][4], second[kPartCols / 8][4];
+      issue_product<kPartCols>(first, tile, sq);
+      issue_product<kPartCols>(second, tile, sq + kPartCols * kDim);
       wgmma::wait<1>();
-      wgmma::fence_operand(acc_second);
-      epilogue(acc_second, 1, prev_k, prev_stage);
-      issue_product<kPartCols>(acc_second, tile, sq + kPartCols * kDim);
-      wgmma::wait<1>();
-      wgmma::fence_operand(acc);
-      epilogue(acc, 0, comp_k, stage);
+      wgmma::fence_operand(first);
+      epilogue(first, 0, comp_k, stage);
+      wgmma::wait<0>();
+      wgmma::fence_operand(second);
+      epilogue(second, 1, comp_k, stage);
     } else {
       float whole[kN / 8][4];
       tile_product<E, kN>(whole, tile, sq, warp, lane);
@@ -454,14 +436,7 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
       for (int part = 0; part < kParts; ++part)
         epilogue(*reinterpret_cast<const float(*)[kPartCols / 8][4]>(&whole[part * kPartCols / 8][0]), part, comp_k, stage);
     }
-    prev_k = comp_k;
-    prev_stage = stage;
     comp_k = walk.advance(comp_k);
-  }
-  if constexpr (kSplit) {
-    wgmma::wait<0>();
-    wgmma::fence_operand(acc_second);
-    epilogue(acc_second, 1, prev_k, prev_stage);
   }
 }
 
@@ -484,7 +459,7 @@ namespace nvfp4mla::cuda::indexer_kernels {
 
 template <Mma E, Source S, int kHp, int kN>
 void launch_one(const Params& p, dim3 grid, cudaStream_t stream) {
-  constexpr int bytes = Layout<kN, kRingTiles<E, kN>>::bytes(kN / kHp);
+  constexpr int bytes = Layout<kN>::bytes(kN / kHp);
   static std::once_flag once;
   std::call_once(once, [] {
     check(cudaFuncSetAttribute(indexer_logits_kernel<E, S, kHp, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
