@@ -114,11 +114,16 @@ inline constexpr int64_t kTopkCandidates = 32768;  // the most candidates a spli
 // 1 x 1,048,576 and 4 x 163,840 are faster with the three histogram passes, 64 x 131,072 and
 // 16 x 1,048,576 with the filter).
 inline constexpr int64_t kTopkFilterMinEntries = int64_t(1) << 23;
+// Filtering plans take fewer, longer segments: about kTopkCtasPerSm CTAs per SM (rounded down) and
+// at most this many entries each (H200: 64 x 131,072 took 57.3 us in 4 segments, 74.0 in 5 and
+// 64.3 in 8; 16 x 1,048,576 took 90.0 us in 32, 101.2 in 64 and 122.6 in 128).
+inline constexpr int64_t kTopkFilterMaxSegment = 32768;
 
 // The planner: rows x segments ~ kTopkCtasPerSm x sm_count CTAs, segments of at least
-// kTopkMinSegment entries; one segment per row means row_per_cta. Split rows get segments of at
-// most kTopkMaxSegment entries (H200: 16 x 1,048,576 took 235 us in 17 segments per row, 204 in
-// 34 and 181 in 66; docs/SELECTION.md). Throws Error for negative sizes or a non-positive SM count.
+// kTopkMinSegment entries; one segment per row means row_per_cta. Split rows that take the three
+// passes get segments of at most kTopkMaxSegment entries (without the filter, 16 x 1,048,576 took
+// 235 us in 17 segments per row, 204 in 34 and 181 in 66); filtering plans follow
+// kTopkFilterMaxSegment. Throws Error for negative sizes or a non-positive SM count.
 TopkPlan plan_topk(int rows, int64_t columns, int sm_count);
 // A split_rows plan with `segments` segments per row (segment_len a multiple of 256) keeping up to
 // `candidates` (<= kTopkCandidates) candidate entries per row (-1: min(columns, kTopkCandidates); 0 forces the three

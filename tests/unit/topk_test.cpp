@@ -267,10 +267,13 @@ TEST(TopkPlan, PlannerSplitsLongRowsAndKeepsManyRowsWhole) {
   const auto mid = plan_topk(64, 131072, sms);
   EXPECT_EQ(mid.kernel, TopkKernel::split_rows);
   EXPECT_GE(int64_t(mid.segments) * 64, sms);
+  EXPECT_EQ(mid.segments, 4);  // a filtering plan: ~2 CTAs per SM, rounded down
   EXPECT_GT(topk_workspace_bytes(mid, 64), 0u);
   const auto long_rows = plan_topk(16, 1 << 20, sms);
   EXPECT_EQ(long_rows.kernel, TopkKernel::split_rows);
-  EXPECT_LE(long_rows.segment_len, kTopkMaxSegment);
+  EXPECT_LE(long_rows.segment_len, kTopkFilterMaxSegment);
+  EXPECT_EQ(long_rows.segments, 32);
+  EXPECT_EQ(plan_topk(128, 32768, sms).segments, 3);  // below the filter: segments of at most kTopkMaxSegment
   EXPECT_EQ(plan_topk(4, 163840, sms).segments, 40);
   EXPECT_EQ(plan_topk(1, 3000, sms).kernel, TopkKernel::row_per_cta);  // shorter than a segment
   EXPECT_EQ(plan_topk(4, 0, sms).kernel, TopkKernel::row_per_cta);

@@ -127,8 +127,12 @@ TopkPlan plan_topk(int rows, int64_t columns, int sm_count) {
   const int64_t by_rows = (target + std::max(rows, 1) - 1) / std::max(rows, 1);
   int64_t segments = std::min(by_length, by_rows);
   if (segments > 1) {
-    segments = std::max(segments, (columns + kTopkMaxSegment - 1) / kTopkMaxSegment);
     const bool filter = int64_t(std::max(rows, 1)) * columns >= kTopkFilterMinEntries;
+    if (filter)  // at most kTopkCtasPerSm CTAs per SM, unless segments would pass kTopkFilterMaxSegment
+      segments = std::max(std::min(by_length, std::max<int64_t>(1, target / std::max(rows, 1))),
+                          (columns + kTopkFilterMaxSegment - 1) / kTopkFilterMaxSegment);
+    else
+      segments = std::max(segments, (columns + kTopkMaxSegment - 1) / kTopkMaxSegment);
     const TopkPlan p = split_topk_plan(columns, static_cast<int>(segments), filter ? -1 : 0);
     if (p.segments > 1) return p;
   }
