@@ -393,7 +393,7 @@ TEST(GpuDcpStep, UnionModeEqualsCpuReference) {
 TEST(GpuDcpStep, GraphReplayAndStreamPerRankEqualEager) {
   NVFP4MLA_REQUIRE_GPU();
   nt::DcpStepShape s;
-  s.spec = {CacheDtype::nvfp4_ds_mla, RopeEncoding::bf16, ScaleMode::dynamic};
+  s.spec = {CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::dynamic};  // the 368-byte dynamic record
   s.place = {4, 16};
   s.next_n = 2;
   s.context_lens = {6000, 900};

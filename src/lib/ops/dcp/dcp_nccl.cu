@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "nvfp4mla/cuda/dcp_comm.h"
 #include "nvfp4mla/error.h"
@@ -46,8 +47,11 @@ const NcclApi& nccl_api(const std::string& path) {
   if (auto it = loaded.find(path); it != loaded.end()) return it->second;
   void* handle = nullptr;
   std::string tried;
-  for (const std::string& name : path.empty() ? std::initializer_list<std::string>{"libnccl.so.2", "libnccl.so"}
-                                              : std::initializer_list<std::string>{path}) {
+  // A vector, not a braced list in a conditional: the list's strings would not outlive the
+  // expression (dangling names: garbage in the error, a crash on the H200).
+  const std::vector<std::string> names = path.empty() ? std::vector<std::string>{"libnccl.so.2", "libnccl.so"}
+                                                      : std::vector<std::string>{path};
+  for (const std::string& name : names) {
     handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle) break;
     const char* e = dlerror();
