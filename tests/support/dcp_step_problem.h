@@ -6,7 +6,9 @@
 // (topk_reference of the whole rows). Logits: random quarter steps (many ties, NaN and -inf,
 // NaN poison past each row's length), or with `indexer` the paged indexer's logits of small-
 // integer index keys (exact in fp32 on the CPU and the GPU) written into a single-GPU index key
-// cache and each rank's (through the same slots as the records).
+// cache and each rank's (through the same slots as the records). With `shared_pages` every
+// request maps its positions to the same pages (written once, with the longest request's
+// tokens), so a benchmark batch of many long requests needs one context's memory.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -39,6 +41,7 @@ struct DcpStepShape {
   bool selected_only = false;
   bool indexer = false;
   int index_heads = 16;
+  bool shared_pages = false;
   uint64_t seed = 1;
 };
 
@@ -159,13 +162,17 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
   p.max_context = std::max<int64_t>(1, *std::max_element(shape.context_lens.begin(), shape.context_lens.end()));
   p.vpage = int64_t(shape.page) * n;
   p.vpages = (p.max_context + p.vpage - 1) / p.vpage;
-  p.pages_total = p.vpages * p.requests + 2;
+  const int64_t table_rows = shape.shared_pages ? 1 : p.requests;  // distinct page sets
+  p.pages_total = p.vpages * table_rows + 2;
   std::mt19937_64 rng(shape.seed);
   // Shuffled distinct pages for every request.
   std::vector<int32_t> ids(p.pages_total);
   for (int64_t i = 0; i < p.pages_total; ++i) ids[i] = static_cast<int32_t>(i);
   std::shuffle(ids.begin(), ids.end(), rng);
-  p.table.assign(ids.begin(), ids.begin() + p.vpages * p.requests);
+  for (int b = 0; b < p.requests; ++b) {
+    const auto first = ids.begin() + p.vpages * (b % table_rows);
+    p.table.insert(p.table.end(), first, first + p.vpages);
+  }
 
   // Logits: quarter steps of a normal (many ties), a few NaN and -inf, NaN past each row's length;
   // or the indexer's over small-integer keys.
@@ -231,17 +238,18 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
   for (auto& v : p.q) v = codec::bf16_encode_rn(normal(rng));
 
   // Records: the single cache at virtual slots, each rank's through its writer slots.
-  std::vector<char> wanted(size_t(p.requests) * p.max_context, !shape.selected_only);
+  // With shared pages request 0 stands for all: one write per position, the longest context.
+  std::vector<char> wanted(size_t(table_rows) * p.max_context, !shape.selected_only);
   for (int row = 0; row < p.rows; ++row)
     for (int j = 0; j < shape.k; ++j) {
       const int32_t pos = p.want_indices[size_t(row) * shape.k + j];
-      if (pos >= 0) wanted[size_t(row / nn) * p.max_context + pos] = 1;
+      if (pos >= 0) wanted[size_t(row / nn % table_rows) * p.max_context + pos] = 1;
     }
   p.single_cache.assign(size_t(p.single_capacity()) * rb, kDcpPoisonByte);
   p.rank_caches.assign(n, std::vector<uint8_t>(size_t(p.rank_capacity()) * rb, kDcpPoisonByte));
   std::vector<uint8_t> rec(rb);
-  for (int b = 0; b < p.requests; ++b) {
-    const int64_t ctx = shape.context_lens[b];
+  for (int b = 0; b < table_rows; ++b) {
+    const int64_t ctx = shape.shared_pages ? p.max_context : shape.context_lens[b];
     std::vector<uint16_t> kv_c(kLatentDim), k_pe(kRopeDim);
     for (int64_t i = 0; i < ctx; ++i) {
       if (!wanted[size_t(b) * p.max_context + i]) continue;
