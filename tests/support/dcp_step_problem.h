@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "nvfp4mla/codec.h"
@@ -46,6 +47,21 @@ struct DcpStepShape {
 };
 
 constexpr uint8_t kDcpPoisonByte = 0xFF;
+
+// fn(begin, end) over [0, n) in contiguous chunks on up to 16 threads (a 1M-token benchmark
+// problem takes minutes on one core). Every chunk draws from its own seeded generator, so the
+// data do not depend on the thread count.
+template <class Fn>
+void dcp_parallel_chunks(int64_t n, Fn fn) {
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16);
+  const int64_t chunk = std::max<int64_t>(1, (n + threads - 1) / threads);
+  std::vector<std::thread> pool;
+  for (int64_t b = 0; b < n; b += chunk) pool.emplace_back(fn, b, std::min(n, b + chunk));
+  for (auto& t : pool) t.join();
+}
+inline uint64_t dcp_stream_seed(uint64_t seed, uint64_t stream, uint64_t index) {
+  return seed * 0x9E3779B97F4A7C15ull + stream * 0xC2B2AE3D27D4EB4Full + index;
+}
 
 struct DcpStepProblem {
   DcpStepShape shape;
@@ -177,20 +193,23 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
   // Logits: quarter steps of a normal (many ties), a few NaN and -inf, NaN past each row's length;
   // or the indexer's over small-integer keys.
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
   p.logits.assign(size_t(p.rows) * p.max_context, nan);
   p.whole_lengths.resize(p.rows);
-  for (int b = 0; b < p.requests; ++b)
-    for (int i = 0; i < nn; ++i) {
-      const int row = b * nn + i;
-      p.whole_lengths[row] = static_cast<int32_t>(paged_row_length(shape.context_lens[b], nn, i));
-      if (shape.indexer) continue;
-      for (int64_t c = 0; c < p.whole_lengths[row]; ++c) {
-        const float x = u(rng);
-        p.logits[row * p.max_context + c] = x < 0.01f ? nan : x < 0.02f ? -INFINITY : std::round(normal(rng) * 8.0f) / 4.0f;
+  for (int row = 0; row < p.rows; ++row)
+    p.whole_lengths[row] = static_cast<int32_t>(paged_row_length(shape.context_lens[row / nn], nn, row % nn));
+  if (!shape.indexer)
+    dcp_parallel_chunks(p.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) {
+        std::mt19937_64 row_rng(dcp_stream_seed(shape.seed, 1, row));
+        std::normal_distribution<float> row_normal(0.0f, 1.0f);
+        std::uniform_real_distribution<float> row_u(0.0f, 1.0f);
+        for (int64_t c = 0; c < p.whole_lengths[row]; ++c) {
+          const float x = row_u(row_rng);
+          p.logits[row * p.max_context + c] =
+              x < 0.01f ? nan : x < 0.02f ? -INFINITY : std::round(row_normal(row_rng) * 8.0f) / 4.0f;
+        }
       }
-    }
+    });
   if (shape.indexer) {
     p.single_index.assign(size_t(p.pages_total) * p.vpage * index_key::kRecordBytes, kDcpPoisonByte);
     p.rank_index.assign(n, std::vector<uint8_t>(size_t(p.pages_total) * shape.page * index_key::kRecordBytes, kDcpPoisonByte));
@@ -223,18 +242,28 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
     p.rank_lengths[r].resize(p.rows);
     dcp_local_row_lengths(shape.place, r, shape.context_lens.data(), p.requests, nn, p.rank_lengths[r].data());
     p.rank_logits[r].assign(size_t(p.rows) * p.columns, nan);
-    for (int row = 0; row < p.rows; ++row)
-      for (int64_t l = 0; l < p.rank_lengths[r][row]; ++l)
-        p.rank_logits[r][row * p.columns + l] = p.logits[row * p.max_context + dcp_global_position(shape.place, r, l)];
+    dcp_parallel_chunks(p.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row)
+        for (int64_t l = 0; l < p.rank_lengths[r][row]; ++l)
+          p.rank_logits[r][row * p.columns + l] = p.logits[row * p.max_context + dcp_global_position(shape.place, r, l)];
+    });
   }
   // The single-GPU selection.
   p.want_indices.resize(size_t(p.rows) * shape.k);
   p.want_length.resize(p.rows);
   p.want_values.resize(size_t(p.rows) * shape.k);
-  topk_reference(p.whole_topk_args(), {p.want_indices.data(), p.want_length.data(), p.want_values.data()});
+  dcp_parallel_chunks(p.rows, [&](int64_t r0, int64_t r1) {
+    TopkArgs t = p.whole_topk_args();
+    t.values += r0 * p.max_context;
+    t.lengths += r0;
+    t.rows = static_cast<int>(r1 - r0);
+    const size_t at = size_t(r0) * shape.k;
+    topk_reference(t, {p.want_indices.data() + at, p.want_length.data() + r0, p.want_values.data() + at});
+  });
 
   // Queries.
   p.q.resize(size_t(p.rows) * shape.heads * kQkDim);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : p.q) v = codec::bf16_encode_rn(normal(rng));
 
   // Records: the single cache at virtual slots, each rank's through its writer slots.
@@ -247,24 +276,31 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
     }
   p.single_cache.assign(size_t(p.single_capacity()) * rb, kDcpPoisonByte);
   p.rank_caches.assign(n, std::vector<uint8_t>(size_t(p.rank_capacity()) * rb, kDcpPoisonByte));
-  std::vector<uint8_t> rec(rb);
+  constexpr int64_t kRecordChunk = 4096;  // tokens per generator stream
   for (int b = 0; b < table_rows; ++b) {
     const int64_t ctx = shape.shared_pages ? p.max_context : shape.context_lens[b];
-    std::vector<uint16_t> kv_c(kLatentDim), k_pe(kRopeDim);
-    for (int64_t i = 0; i < ctx; ++i) {
-      if (!wanted[size_t(b) * p.max_context + i]) continue;
-      for (auto& v : kv_c) v = codec::bf16_encode_rn(normal(rng) * 0.5f);
-      for (auto& v : k_pe) v = codec::bf16_encode_rn(normal(rng) * 0.5f);
-      record::encode(shape.spec, reinterpret_cast<const Bf16Bits*>(kv_c.data()), reinterpret_cast<const Bf16Bits*>(k_pe.data()),
-                     1.0f, rec.data());
-      const int64_t global_slot = int64_t(p.table[b * p.vpages + i / p.vpage]) * p.vpage + i % p.vpage;
-      std::copy(rec.begin(), rec.end(), p.single_cache.begin() + global_slot * rb);
-      for (int r = 0; r < n; ++r) {
-        int64_t local = -1;
-        dcp_local_slot_mapping(shape.place, shape.page, r, &global_slot, 1, &local);
-        if (local >= 0) std::copy(rec.begin(), rec.end(), p.rank_caches[r].begin() + local * rb);
+    dcp_parallel_chunks((ctx + kRecordChunk - 1) / kRecordChunk, [&](int64_t c0, int64_t c1) {
+      std::vector<uint16_t> kv_c(kLatentDim), k_pe(kRopeDim);
+      std::vector<uint8_t> rec(rb);
+      for (int64_t chunk = c0; chunk < c1; ++chunk) {
+        std::mt19937_64 chunk_rng(dcp_stream_seed(shape.seed, 2 + b, chunk));
+        std::normal_distribution<float> chunk_normal(0.0f, 1.0f);
+        for (int64_t i = chunk * kRecordChunk; i < std::min(ctx, (chunk + 1) * kRecordChunk); ++i) {
+          if (!wanted[size_t(b) * p.max_context + i]) continue;
+          for (auto& v : kv_c) v = codec::bf16_encode_rn(chunk_normal(chunk_rng) * 0.5f);
+          for (auto& v : k_pe) v = codec::bf16_encode_rn(chunk_normal(chunk_rng) * 0.5f);
+          record::encode(shape.spec, reinterpret_cast<const Bf16Bits*>(kv_c.data()),
+                         reinterpret_cast<const Bf16Bits*>(k_pe.data()), 1.0f, rec.data());
+          const int64_t global_slot = int64_t(p.table[b * p.vpages + i / p.vpage]) * p.vpage + i % p.vpage;
+          std::copy(rec.begin(), rec.end(), p.single_cache.begin() + global_slot * rb);
+          for (int r = 0; r < n; ++r) {
+            int64_t local = -1;
+            dcp_local_slot_mapping(shape.place, shape.page, r, &global_slot, 1, &local);
+            if (local >= 0) std::copy(rec.begin(), rec.end(), p.rank_caches[r].begin() + local * rb);
+          }
+        }
       }
-    }
+    });
   }
   return p;
 }

@@ -54,9 +54,11 @@ std::vector<char> read_dcp_id_file(const std::string& path, size_t size, double 
                     " (not written by rank 0 of this run?)");
       return got;
     }
-    if (std::chrono::steady_clock::now() >= deadline)
-      throw Error("id file " + path + " did not appear within " + std::to_string(timeout_seconds) +
-                  " s: is rank 0 running with the same --id-file?");
+    if (std::chrono::steady_clock::now() >= deadline) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds);
+      throw Error("id file " + path + " did not appear within " + seconds + " s: is rank 0 running with the same id file?");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
