@@ -113,6 +113,8 @@ void validate(const RunOptions& o) {
   parse_formats(o.formats);
 }
 
+#if defined(NVFP4MLA_WITH_CUDA)
+
 // The KV capacity per GPU budget (serving planner) with and without DCP: tokens one request may
 // hold, and requests of each context that fit.
 nlohmann::json capacity(const RunOptions& o, const std::vector<RecordSpec>& specs, bool print) {
@@ -158,8 +160,6 @@ nlohmann::json capacity(const RunOptions& o, const std::vector<RecordSpec>& spec
   }
   return rows;
 }
-
-#if defined(NVFP4MLA_WITH_CUDA)
 
 void cu(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("dcp run: ") + what + ": " + cudaGetErrorString(e));
