@@ -14,7 +14,8 @@ void add_bench_command(CLI::App& app);  // bench (bench_command.cpp)
 void add_plan_command(CLI::App& app);  // plan (plan_command.cpp)
 void add_select_command(CLI::App& app);  // select (top-k) (select_command.cpp)
 void add_index_command(CLI::App& app);  // index encode (index_command.cpp)
-void add_dcp_command(CLI::App& app);  // dcp union (dcp_command.cpp)
+void add_dcp_command(CLI::App& app);  // dcp union, dcp run (dcp_command.cpp)
+void add_dcp_run_command(CLI::App* dcp);  // dcp run (dcp_run_command.cpp), under `dcp`
 void add_info_command(CLI::App& app);  // info (main.cpp)
 
 }  // namespace nvfp4mla::cli

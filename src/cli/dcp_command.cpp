@@ -1,7 +1,7 @@
 // nvfp4mla dcp: decode context parallelism tools. `dcp union` measures union mode's quality
 // effect (eval/dcp_union.h) on the CPU: recall of the exact top-k, attended tokens, needles kept
 // and the attention output difference against the exact global top-k, per (ranks, interleave,
-// per-rank k).
+// per-rank k). `dcp run` (dcp_run_command.cpp): one process of a multi-GPU run over NCCL.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -51,7 +51,7 @@ void run_union(const eval::DcpUnionOptions& o, const std::string& json_path) {
 }  // namespace
 
 void add_dcp_command(CLI::App& app) {
-  auto* dcp = app.add_subcommand("dcp", "Decode context parallelism: union-mode quality");
+  auto* dcp = app.add_subcommand("dcp", "Decode context parallelism: union-mode quality, multi-GPU runs over NCCL");
   dcp->require_subcommand(1);
   auto* uni = dcp->add_subcommand(
       "union", "Union mode (each rank attends its own top-k) against the exact global top-k, on the CPU");
@@ -66,6 +66,7 @@ void add_dcp_command(CLI::App& app) {
   uni->add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
   uni->add_option("--json", *json, "Also write the cells as JSON");
   uni->callback([o, json] { run_union(*o, *json); });
+  add_dcp_run_command(dcp);
 }
 
 }  // namespace nvfp4mla::cli

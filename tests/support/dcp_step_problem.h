@@ -6,12 +6,15 @@
 // (topk_reference of the whole rows). Logits: random quarter steps (many ties, NaN and -inf,
 // NaN poison past each row's length), or with `indexer` the paged indexer's logits of small-
 // integer index keys (exact in fp32 on the CPU and the GPU) written into a single-GPU index key
-// cache and each rank's (through the same slots as the records).
+// cache and each rank's (through the same slots as the records). With `shared_pages` every
+// request maps its positions to the same pages (written once, with the longest request's
+// tokens), so a benchmark batch of many long requests needs one context's memory.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "nvfp4mla/codec.h"
@@ -39,10 +42,26 @@ struct DcpStepShape {
   bool selected_only = false;
   bool indexer = false;
   int index_heads = 16;
+  bool shared_pages = false;
   uint64_t seed = 1;
 };
 
 constexpr uint8_t kDcpPoisonByte = 0xFF;
+
+// fn(begin, end) over [0, n) in contiguous chunks on up to 16 threads (a 1M-token benchmark
+// problem takes minutes on one core). Every chunk draws from its own seeded generator, so the
+// data do not depend on the thread count.
+template <class Fn>
+void dcp_parallel_chunks(int64_t n, Fn fn) {
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 16);
+  const int64_t chunk = std::max<int64_t>(1, (n + threads - 1) / threads);
+  std::vector<std::thread> pool;
+  for (int64_t b = 0; b < n; b += chunk) pool.emplace_back(fn, b, std::min(n, b + chunk));
+  for (auto& t : pool) t.join();
+}
+inline uint64_t dcp_stream_seed(uint64_t seed, uint64_t stream, uint64_t index) {
+  return seed * 0x9E3779B97F4A7C15ull + stream * 0xC2B2AE3D27D4EB4Full + index;
+}
 
 struct DcpStepProblem {
   DcpStepShape shape;
@@ -159,31 +178,38 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
   p.max_context = std::max<int64_t>(1, *std::max_element(shape.context_lens.begin(), shape.context_lens.end()));
   p.vpage = int64_t(shape.page) * n;
   p.vpages = (p.max_context + p.vpage - 1) / p.vpage;
-  p.pages_total = p.vpages * p.requests + 2;
+  const int64_t table_rows = shape.shared_pages ? 1 : p.requests;  // distinct page sets
+  p.pages_total = p.vpages * table_rows + 2;
   std::mt19937_64 rng(shape.seed);
   // Shuffled distinct pages for every request.
   std::vector<int32_t> ids(p.pages_total);
   for (int64_t i = 0; i < p.pages_total; ++i) ids[i] = static_cast<int32_t>(i);
   std::shuffle(ids.begin(), ids.end(), rng);
-  p.table.assign(ids.begin(), ids.begin() + p.vpages * p.requests);
+  for (int b = 0; b < p.requests; ++b) {
+    const auto first = ids.begin() + p.vpages * (b % table_rows);
+    p.table.insert(p.table.end(), first, first + p.vpages);
+  }
 
   // Logits: quarter steps of a normal (many ties), a few NaN and -inf, NaN past each row's length;
   // or the indexer's over small-integer keys.
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
   p.logits.assign(size_t(p.rows) * p.max_context, nan);
   p.whole_lengths.resize(p.rows);
-  for (int b = 0; b < p.requests; ++b)
-    for (int i = 0; i < nn; ++i) {
-      const int row = b * nn + i;
-      p.whole_lengths[row] = static_cast<int32_t>(paged_row_length(shape.context_lens[b], nn, i));
-      if (shape.indexer) continue;
-      for (int64_t c = 0; c < p.whole_lengths[row]; ++c) {
-        const float x = u(rng);
-        p.logits[row * p.max_context + c] = x < 0.01f ? nan : x < 0.02f ? -INFINITY : std::round(normal(rng) * 8.0f) / 4.0f;
+  for (int row = 0; row < p.rows; ++row)
+    p.whole_lengths[row] = static_cast<int32_t>(paged_row_length(shape.context_lens[row / nn], nn, row % nn));
+  if (!shape.indexer)
+    dcp_parallel_chunks(p.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) {
+        std::mt19937_64 row_rng(dcp_stream_seed(shape.seed, 1, row));
+        std::normal_distribution<float> row_normal(0.0f, 1.0f);
+        std::uniform_real_distribution<float> row_u(0.0f, 1.0f);
+        for (int64_t c = 0; c < p.whole_lengths[row]; ++c) {
+          const float x = row_u(row_rng);
+          p.logits[row * p.max_context + c] =
+              x < 0.01f ? nan : x < 0.02f ? -INFINITY : std::round(row_normal(row_rng) * 8.0f) / 4.0f;
+        }
       }
-    }
+    });
   if (shape.indexer) {
     p.single_index.assign(size_t(p.pages_total) * p.vpage * index_key::kRecordBytes, kDcpPoisonByte);
     p.rank_index.assign(n, std::vector<uint8_t>(size_t(p.pages_total) * shape.page * index_key::kRecordBytes, kDcpPoisonByte));
@@ -216,47 +242,65 @@ inline DcpStepProblem make_dcp_step_problem(const DcpStepShape& shape) {
     p.rank_lengths[r].resize(p.rows);
     dcp_local_row_lengths(shape.place, r, shape.context_lens.data(), p.requests, nn, p.rank_lengths[r].data());
     p.rank_logits[r].assign(size_t(p.rows) * p.columns, nan);
-    for (int row = 0; row < p.rows; ++row)
-      for (int64_t l = 0; l < p.rank_lengths[r][row]; ++l)
-        p.rank_logits[r][row * p.columns + l] = p.logits[row * p.max_context + dcp_global_position(shape.place, r, l)];
+    dcp_parallel_chunks(p.rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row)
+        for (int64_t l = 0; l < p.rank_lengths[r][row]; ++l)
+          p.rank_logits[r][row * p.columns + l] = p.logits[row * p.max_context + dcp_global_position(shape.place, r, l)];
+    });
   }
   // The single-GPU selection.
   p.want_indices.resize(size_t(p.rows) * shape.k);
   p.want_length.resize(p.rows);
   p.want_values.resize(size_t(p.rows) * shape.k);
-  topk_reference(p.whole_topk_args(), {p.want_indices.data(), p.want_length.data(), p.want_values.data()});
+  dcp_parallel_chunks(p.rows, [&](int64_t r0, int64_t r1) {
+    TopkArgs t = p.whole_topk_args();
+    t.values += r0 * p.max_context;
+    t.lengths += r0;
+    t.rows = static_cast<int>(r1 - r0);
+    const size_t at = size_t(r0) * shape.k;
+    topk_reference(t, {p.want_indices.data() + at, p.want_length.data() + r0, p.want_values.data() + at});
+  });
 
   // Queries.
   p.q.resize(size_t(p.rows) * shape.heads * kQkDim);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : p.q) v = codec::bf16_encode_rn(normal(rng));
 
   // Records: the single cache at virtual slots, each rank's through its writer slots.
-  std::vector<char> wanted(size_t(p.requests) * p.max_context, !shape.selected_only);
+  // With shared pages request 0 stands for all: one write per position, the longest context.
+  std::vector<char> wanted(size_t(table_rows) * p.max_context, !shape.selected_only);
   for (int row = 0; row < p.rows; ++row)
     for (int j = 0; j < shape.k; ++j) {
       const int32_t pos = p.want_indices[size_t(row) * shape.k + j];
-      if (pos >= 0) wanted[size_t(row / nn) * p.max_context + pos] = 1;
+      if (pos >= 0) wanted[size_t(row / nn % table_rows) * p.max_context + pos] = 1;
     }
   p.single_cache.assign(size_t(p.single_capacity()) * rb, kDcpPoisonByte);
   p.rank_caches.assign(n, std::vector<uint8_t>(size_t(p.rank_capacity()) * rb, kDcpPoisonByte));
-  std::vector<uint8_t> rec(rb);
-  for (int b = 0; b < p.requests; ++b) {
-    const int64_t ctx = shape.context_lens[b];
-    std::vector<uint16_t> kv_c(kLatentDim), k_pe(kRopeDim);
-    for (int64_t i = 0; i < ctx; ++i) {
-      if (!wanted[size_t(b) * p.max_context + i]) continue;
-      for (auto& v : kv_c) v = codec::bf16_encode_rn(normal(rng) * 0.5f);
-      for (auto& v : k_pe) v = codec::bf16_encode_rn(normal(rng) * 0.5f);
-      record::encode(shape.spec, reinterpret_cast<const Bf16Bits*>(kv_c.data()), reinterpret_cast<const Bf16Bits*>(k_pe.data()),
-                     1.0f, rec.data());
-      const int64_t global_slot = int64_t(p.table[b * p.vpages + i / p.vpage]) * p.vpage + i % p.vpage;
-      std::copy(rec.begin(), rec.end(), p.single_cache.begin() + global_slot * rb);
-      for (int r = 0; r < n; ++r) {
-        int64_t local = -1;
-        dcp_local_slot_mapping(shape.place, shape.page, r, &global_slot, 1, &local);
-        if (local >= 0) std::copy(rec.begin(), rec.end(), p.rank_caches[r].begin() + local * rb);
+  constexpr int64_t kRecordChunk = 4096;  // tokens per generator stream
+  for (int b = 0; b < table_rows; ++b) {
+    const int64_t ctx = shape.shared_pages ? p.max_context : shape.context_lens[b];
+    dcp_parallel_chunks((ctx + kRecordChunk - 1) / kRecordChunk, [&](int64_t c0, int64_t c1) {
+      std::vector<uint16_t> kv_c(kLatentDim), k_pe(kRopeDim);
+      std::vector<uint8_t> rec(rb);
+      for (int64_t chunk = c0; chunk < c1; ++chunk) {
+        std::mt19937_64 chunk_rng(dcp_stream_seed(shape.seed, 2 + b, chunk));
+        std::normal_distribution<float> chunk_normal(0.0f, 1.0f);
+        for (int64_t i = chunk * kRecordChunk; i < std::min(ctx, (chunk + 1) * kRecordChunk); ++i) {
+          if (!wanted[size_t(b) * p.max_context + i]) continue;
+          for (auto& v : kv_c) v = codec::bf16_encode_rn(chunk_normal(chunk_rng) * 0.5f);
+          for (auto& v : k_pe) v = codec::bf16_encode_rn(chunk_normal(chunk_rng) * 0.5f);
+          record::encode(shape.spec, reinterpret_cast<const Bf16Bits*>(kv_c.data()),
+                         reinterpret_cast<const Bf16Bits*>(k_pe.data()), 1.0f, rec.data());
+          const int64_t global_slot = int64_t(p.table[b * p.vpages + i / p.vpage]) * p.vpage + i % p.vpage;
+          std::copy(rec.begin(), rec.end(), p.single_cache.begin() + global_slot * rb);
+          for (int r = 0; r < n; ++r) {
+            int64_t local = -1;
+            dcp_local_slot_mapping(shape.place, shape.page, r, &global_slot, 1, &local);
+            if (local >= 0) std::copy(rec.begin(), rec.end(), p.rank_caches[r].begin() + local * rb);
+          }
+        }
       }
-    }
+    });
   }
   return p;
 }

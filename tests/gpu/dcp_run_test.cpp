@@ -1,0 +1,106 @@
+// `nvfp4mla dcp run` with a world of 1 over NCCL: every record format, MTP rows, the step equal to
+// the single GPU (top-k bit for bit, attention within the GPU tests' limits), graph replay equal
+// to eager, phase times and the capacity table in the JSON; the same through the launcher
+// (scripts/dcp_multi_gpu.sh 1, which exchanges the NCCL id through a file). Skips without a
+// device or a loadable NCCL.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/dcp_support.h"
+#include "gpu/gpu_support.h"
+#include "nvfp4mla/format.h"
+#include "support/temp_dir.h"
+
+#ifdef NVFP4MLA_CLI_PATH
+namespace fs = std::filesystem;
+namespace nt = nvfp4mla::testing;
+
+namespace {
+
+struct ShellRun {
+  int exit_code;
+  std::string output;
+};
+
+ShellRun run_shell(const nt::TempDir& dir, const std::string& cmd) {
+  const fs::path log = dir / "run.log";
+  const int status = std::system(("cd '" + dir.path().string() + "' && " + cmd + " >'" + log.string() + "' 2>&1").c_str());
+  std::ifstream f(log);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, {std::istreambuf_iterator<char>(f), {}}};
+}
+
+// Small cases (the command's defaults are the benchmark's 128K and 1M tokens).
+const char* const kCaseOptions = " --context 5000,70000 --rows 4 --heads 16,128 --formats all -k 512 --next-n 2 --iters 2 --warmup 1";
+
+void expect_passing_json(const fs::path& path, int world) {
+  std::ifstream f(path);
+  ASSERT_TRUE(f) << path;
+  const nlohmann::json j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["world"], world);
+  EXPECT_EQ(j["failed_cases"], 0);
+  EXPECT_EQ(j["nccl_nvls_enable"], "0");
+  const size_t formats = std::size(nvfp4mla::kAllRecordSpecs);
+  ASSERT_EQ(j["cases"].size(), formats * 2 * 2);  // formats x contexts x heads
+  for (const auto& c : j["cases"]) {
+    SCOPED_TRACE(c.dump());
+    EXPECT_TRUE(c["passed"].get<bool>());
+    EXPECT_TRUE(c["topk_equal"].get<bool>());
+    EXPECT_TRUE(c["graph_equals_eager"].get<bool>());
+    EXPECT_EQ(c["attention"]["failures"], 0);
+    EXPECT_EQ(c["device_errors"], 0);
+    EXPECT_EQ(c["rows"], 4);
+    ASSERT_EQ(c["ranks"].size(), size_t(world));
+    const auto& t = c["ranks"][0];
+    // (A world-of-1 all-gather in place may enqueue nothing: its phases can time as 0.)
+    for (const char* phase : {"gather_candidates_us", "gather_partials_us"}) EXPECT_GE(t[phase].get<double>(), 0.0) << phase;
+    for (const char* phase : {"local_select_us", "topk_merge_and_attention_us", "merge_us", "step_us", "graph_replay_us"})
+      EXPECT_GT(t[phase].get<double>(), 0.0) << phase;
+    EXPECT_LE(t["merge_us"].get<double>(), t["step_us"].get<double>());
+  }
+  ASSERT_EQ(j["capacity"].size(), formats);
+  for (const auto& c : j["capacity"]) {
+    EXPECT_GT(c["tokens_per_gpu"].get<int64_t>(), 0);
+    EXPECT_EQ(c["max_request_tokens_dcp"], c["max_request_tokens_dcp1"].get<int64_t>() * world);
+  }
+}
+
+}  // namespace
+
+TEST(GpuDcpRun, WorldOfOneEqualsSingleGpuForEveryFormat) {
+  NVFP4MLA_REQUIRE_GPU();
+  NVFP4MLA_REQUIRE_NCCL();
+  nt::TempDir dir;
+  const std::string lib = nt::test_nccl_library();
+  const std::string cmd = std::string("env -u NCCL_NVLS_ENABLE '") + NVFP4MLA_CLI_PATH + "' dcp run --world 1 --rank 0" +
+                          kCaseOptions + " --json run.json" + (lib.empty() ? "" : " --nccl-library '" + lib + "'");
+  const ShellRun r = run_shell(dir, cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("KV capacity"), std::string::npos) << r.output;
+  expect_passing_json(dir / "run.json", 1);
+}
+
+TEST(GpuDcpRun, LauncherWithOneGpu) {
+  NVFP4MLA_REQUIRE_GPU();
+  NVFP4MLA_REQUIRE_NCCL();
+  nt::TempDir dir;
+  const std::string lib = nt::test_nccl_library();
+  const std::string cmd = std::string("env -u NCCL_NVLS_ENABLE ") + (lib.empty() ? "" : "NVFP4MLA_NCCL_LIBRARY='" + lib + "' ") +
+                          "'" NVFP4MLA_SOURCE_DIR "/scripts/dcp_multi_gpu.sh' 1 --bin '" NVFP4MLA_CLI_PATH "' --out out --" +
+                          kCaseOptions + " --interleave 64";
+  const ShellRun r = run_shell(dir, cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all ranks passed"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out" / "nccl.id"));  // rank 0 removes the id once every rank joined
+  expect_passing_json(dir / "out" / "dcp_run.json", 1);
+}
+#endif
