@@ -1,5 +1,5 @@
 // nvfp4mla dcp run: one process of a multi-GPU DCP run over NCCL (docs/DCP.md, "Multi-GPU
-// runs"). Every process builds the same seeded problem (tests/support/dcp_step_problem.h, the
+// runs"). Every process builds the same seeded problem (nvfp4mla/testing/dcp_step_problem.h, the
 // generator the GPU tests use), keeps its rank's share of the cache on its GPU and runs
 // cuda::dcp_decode_step over the NCCL communicator; rank 0 also computes the single-GPU answer on
 // its GPU and checks the step against it; every rank checks CUDA-graph replay against eager and
@@ -34,7 +34,7 @@
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/cuda/topk.h"
 #include "nvfp4mla/device.h"
-#include "support/dcp_step_problem.h"
+#include "nvfp4mla/testing/dcp_step_problem.h"
 #endif
 
 namespace nvfp4mla::cli {

@@ -15,7 +15,7 @@
 #include "nvfp4mla/error.h"
 #include "support/record_specs.h"
 #include "nvfp4mla/record.h"
-#include "support/random_tokens.h"
+#include "nvfp4mla/testing/random_tokens.h"
 
 using namespace nvfp4mla;
 using nvfp4mla::testing::DeviceBuffer;

@@ -23,7 +23,7 @@
 #include "nvfp4mla/dcp.h"
 #include "nvfp4mla/error.h"
 #include "support/attention_oracle.h"
-#include "support/dcp_step_problem.h"
+#include "nvfp4mla/testing/dcp_step_problem.h"
 #include "support/output_compare.h"
 #include "support/record_specs.h"
 

@@ -23,7 +23,7 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/evaluation.h"
 #include "support/attention_oracle.h"
-#include "support/dsa_problem.h"
+#include "nvfp4mla/testing/dsa_problem.h"
 #include "support/eval_small.h"
 #include "support/output_compare.h"
 #include "support/record_specs.h"

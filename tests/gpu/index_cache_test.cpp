@@ -14,7 +14,7 @@
 #include "nvfp4mla/cuda/index_cache.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/index_cache.h"
-#include "support/index_data.h"
+#include "nvfp4mla/testing/index_data.h"
 
 using namespace nvfp4mla;
 using nvfp4mla::testing::DeviceBuffer;

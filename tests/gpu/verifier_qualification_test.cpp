@@ -36,7 +36,7 @@
 #include "nvfp4mla/sparse_mla.h"
 #include "support/attention_oracle.h"
 #include "support/output_compare.h"
-#include "support/random_tokens.h"
+#include "nvfp4mla/testing/random_tokens.h"
 #include "support/record_specs.h"
 
 using namespace nvfp4mla;

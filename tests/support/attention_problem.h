@@ -14,7 +14,7 @@
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/record.h"
 #include "nvfp4mla/sparse_mla.h"
-#include "support/random_tokens.h"
+#include "nvfp4mla/testing/random_tokens.h"
 
 namespace nvfp4mla::testing {
 

@@ -11,7 +11,7 @@
 
 #include "nvfp4mla/index_cache.h"
 #include "nvfp4mla/indexer.h"
-#include "support/index_data.h"
+#include "nvfp4mla/testing/index_data.h"
 
 namespace nvfp4mla::testing {
 

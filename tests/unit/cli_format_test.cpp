@@ -20,7 +20,7 @@
 #include "nvfp4mla/config.h"
 #include "nvfp4mla/record.h"
 #include "nvfp4mla/safetensors.h"
-#include "support/random_tokens.h"
+#include "nvfp4mla/testing/random_tokens.h"
 #include "support/cli_child.h"
 #include "support/cli_runner.h"
 #include "support/temp_dir.h"

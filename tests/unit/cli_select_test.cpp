@@ -14,7 +14,7 @@
 #include "nvfp4mla/topk.h"
 #include "support/cli_runner.h"
 #include "support/temp_dir.h"
-#include "support/index_data.h"
+#include "nvfp4mla/testing/index_data.h"
 #include "support/indexer_problems.h"
 #include "support/topk_data.h"
 

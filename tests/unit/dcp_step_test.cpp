@@ -16,7 +16,7 @@
 #include "nvfp4mla/eval/dcp_union.h"
 #include "nvfp4mla/sparse_mla.h"
 #include "nvfp4mla/topk.h"
-#include "support/dcp_step_problem.h"
+#include "nvfp4mla/testing/dcp_step_problem.h"
 #include "support/record_specs.h"
 
 using namespace nvfp4mla;

@@ -20,7 +20,7 @@
 #include "nvfp4mla/codec.h"
 #include "support/attention_problem.h"
 #include "support/dcp_data.h"
-#include "support/random_tokens.h"
+#include "nvfp4mla/testing/random_tokens.h"
 #include "nvfp4mla/record.h"
 #include "support/topk_data.h"
 

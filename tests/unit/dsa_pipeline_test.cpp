@@ -17,7 +17,7 @@
 #include "nvfp4mla/indexer.h"
 #include "nvfp4mla/paged_cache.h"
 #include "nvfp4mla/topk.h"
-#include "support/dsa_problem.h"
+#include "nvfp4mla/testing/dsa_problem.h"
 #include "support/record_specs.h"
 
 using namespace nvfp4mla;

@@ -12,7 +12,7 @@
 #include "nvfp4mla/index_key.h"
 #include "nvfp4mla/safetensors.h"
 #include "support/cli_runner.h"
-#include "support/index_data.h"
+#include "nvfp4mla/testing/index_data.h"
 #include "support/temp_dir.h"
 #include "support/tensors.h"
 

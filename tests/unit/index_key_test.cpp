@@ -17,7 +17,7 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/index_cache.h"
 #include "nvfp4mla/index_key.h"
-#include "support/index_data.h"
+#include "nvfp4mla/testing/index_data.h"
 #include "unit/record_reference.h"
 
 using namespace nvfp4mla;

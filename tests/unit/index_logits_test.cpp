@@ -16,7 +16,7 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/index_cache.h"
 #include "nvfp4mla/indexer.h"
-#include "support/index_data.h"
+#include "nvfp4mla/testing/index_data.h"
 #include "support/indexer_problems.h"
 
 using namespace nvfp4mla;

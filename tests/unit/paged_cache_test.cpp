@@ -16,7 +16,7 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/paged_cache.h"
 #include "nvfp4mla/record.h"
-#include "support/random_tokens.h"
+#include "nvfp4mla/testing/random_tokens.h"
 
 using namespace nvfp4mla;
 

@@ -17,8 +17,8 @@
 #include "nvfp4mla/dsa_pipeline.h"
 #include "nvfp4mla/index_cache.h"
 #include "nvfp4mla/paged_cache.h"
-#include "support/index_data.h"
-#include "support/random_tokens.h"
+#include "nvfp4mla/testing/index_data.h"
+#include "nvfp4mla/testing/random_tokens.h"
 
 namespace nvfp4mla::testing {
 

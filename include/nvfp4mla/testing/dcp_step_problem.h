@@ -24,8 +24,8 @@
 #include "nvfp4mla/record.h"
 #include "nvfp4mla/sparse_mla.h"
 #include "nvfp4mla/topk.h"
-#include "support/dsa_problem.h"
-#include "support/index_data.h"
+#include "nvfp4mla/testing/dsa_problem.h"
+#include "nvfp4mla/testing/index_data.h"
 
 namespace nvfp4mla::testing {
 
