@@ -263,6 +263,10 @@ struct DcpStepPlan {
 // Throws Error (validate_dcp_step_args' shape checks) for bad arguments.
 DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count);
 
+// The top-k one rank runs over logits it was given ([rows, logits_stride] over its local
+// positions, row lengths `lengths`), as local positions.
+TopkArgs dcp_local_topk_args(const DcpStepArgs& a, const float* logits, const int32_t* lengths);
+
 // The fused selection one rank runs with the indexer: rows as requests of one row each, over
 // row_table ([rows, slots.table_stride]: row r holds its request's table row) and row_lengths
 // (the local row lengths), max_context = columns, positions (not slots) out.

@@ -30,13 +30,16 @@ inline constexpr int kScaleOffset = kValueBytes;         // in the per-token rec
 inline constexpr int kRecordBytes = kValueBytes + kScaleBytes;  // 132
 inline constexpr int64_t kDefaultPageSize = 64;
 
-// Byte offsets of a slot's values and scale in the paged cache.
+// Byte offsets in the paged cache: of token `i` of a page (0 <= i < page_size) from the page's
+// start, and of a slot from the cache's start.
 NVFP4MLA_HD int64_t page_bytes(int64_t page_size) { return page_size * kRecordBytes; }
+NVFP4MLA_HD int64_t value_offset_in_page(int64_t i) { return i * kValueBytes; }
+NVFP4MLA_HD int64_t scale_offset_in_page(int64_t i, int64_t page_size) { return page_size * kValueBytes + i * kScaleBytes; }
 NVFP4MLA_HD int64_t value_offset(int64_t slot, int64_t page_size) {
-  return (slot / page_size) * page_bytes(page_size) + (slot % page_size) * kValueBytes;
+  return (slot / page_size) * page_bytes(page_size) + value_offset_in_page(slot % page_size);
 }
 NVFP4MLA_HD int64_t scale_offset(int64_t slot, int64_t page_size) {
-  return (slot / page_size) * page_bytes(page_size) + page_size * kValueBytes + (slot % page_size) * kScaleBytes;
+  return (slot / page_size) * page_bytes(page_size) + scale_offset_in_page(slot % page_size, page_size);
 }
 
 // The key's scale from the largest sanitized magnitude.

@@ -113,6 +113,17 @@ void validate_dcp_step_args(const DcpStepArgs& a, const DcpRankStepOf<Out>* rank
 template void validate_dcp_step_args(const DcpStepArgs&, const DcpRankStepOf<uint16_t>*, int);
 template void validate_dcp_step_args(const DcpStepArgs&, const DcpRankStepOf<float>*, int);
 
+TopkArgs dcp_local_topk_args(const DcpStepArgs& a, const float* logits, const int32_t* lengths) {
+  TopkArgs t;
+  t.values = logits;
+  t.rows = a.rows;
+  t.columns = a.columns;
+  t.stride = a.logits_stride;
+  t.lengths = lengths;
+  t.k = a.k;
+  return t;
+}
+
 FusedSelectArgs dcp_fused_select_args(const DcpStepArgs& a, const uint8_t* index_cache, const uint8_t* index_q,
                                       const float* index_w, const int32_t* row_lengths, const int32_t* row_table) {
   FusedSelectArgs f;
@@ -183,14 +194,7 @@ void dcp_decode_step_reference(const DcpStepArgs& a, const DcpRankStepReference*
   for (int r = 0; r < n; ++r) {
     const TopkOutputs mine{cand_idx.data() + r * block, cand_len.data() + r * rows, cand_val.data() + r * block};
     if (a.index_heads == 0) {
-      TopkArgs t;
-      t.values = rs[r].logits;
-      t.rows = a.rows;
-      t.columns = a.columns;
-      t.stride = a.logits_stride;
-      t.lengths = rs[r].lengths;
-      t.k = a.k;
-      topk_reference(t, mine);
+      topk_reference(dcp_local_topk_args(a, rs[r].logits, rs[r].lengths), mine);
     } else {
       const int64_t requests = a.rows / a.next_n, stride = a.slots.table_stride;
       std::vector<int32_t> row_lengths(rows), row_table(rows * size_t(stride));

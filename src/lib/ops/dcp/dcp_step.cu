@@ -123,14 +123,7 @@ void dcp_decode_step(DcpCommunicator& comm, const DcpStepArgs& a, const DcpStepP
     if (rs[i].errors) check(cudaMemsetAsync(rs[i].errors, 0, sizeof(unsigned long long), s), "dcp step: error reset");
     const TopkOutputs mine{cand_idx(i) + r * block, cand_len(i) + r * rows, cand_val(i) + r * block};
     if (a.index_heads == 0) {
-      TopkArgs t;
-      t.values = rs[i].logits;
-      t.rows = a.rows;
-      t.columns = a.columns;
-      t.stride = a.logits_stride;
-      t.lengths = rs[i].lengths;
-      t.k = a.k;
-      topk(t, plan.local_topk, at(i, plan.scratch_offset), plan.scratch_bytes, mine, rs[i].errors, s);
+      topk(dcp_local_topk_args(a, rs[i].logits, rs[i].lengths), plan.local_topk, at(i, plan.scratch_offset), plan.scratch_bytes, mine, rs[i].errors, s);
     } else {
       // Each row as a request of its own: its local length and its request's table row.
       const int64_t requests = a.rows / a.next_n;

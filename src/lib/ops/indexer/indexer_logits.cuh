@@ -120,7 +120,7 @@ struct TileLoader {
     } else {
       values = p.cache;
       page_size = p.page_size;
-      page_bytes = int64_t(page_size) * index_key::kRecordBytes;
+      page_bytes = index_key::page_bytes(page_size);
       piece_col = c * 16;
       page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
     }
@@ -152,7 +152,7 @@ struct TileLoader {
   // zero-filled).
   __device__ __forceinline__ void load(int32_t k0, int32_t page, int32_t key_limit, uint8_t* vals, float* scale_out) const {
     const int32_t left = key_limit - k0;  // a tile row t exists when t < left
-    const uint8_t* dummy = p.q;           // any valid address: nothing is read when the size is 0
+    const void* dummy = p.q;              // any valid address: nothing is read when the size is 0
     if constexpr (S == Source::contiguous) {
       const uint8_t* g = values + int64_t(k0) * value_stride;
 #pragma unroll
@@ -163,38 +163,36 @@ struct TileLoader {
       }
       if (tid < kTileKeys) {
         const bool valid = tid < left;
-        ptx::cp_async_4_zfill(scale_out + tid, valid ? scales + int64_t(k0) * scale_stride : p.weights, valid ? 4 : 0);
+        ptx::cp_async_4_zfill(scale_out + tid, valid ? scales + int64_t(k0) * scale_stride : dummy, valid ? 4 : 0);
       }
     } else if (page_tiles) {
       const uint8_t* base = values + int64_t(page) * page_bytes;
       const int32_t first = in_page(k0);
-      const uint8_t* g = base + (first + t0) * index_key::kValueBytes + piece_col;
 #pragma unroll
       for (int u = 0; u < kPiecesPerThread; ++u) {
-        const bool valid = t0 + kPieceRowStep * u < left;
+        const int t = t0 + kPieceRowStep * u;
+        const bool valid = t < left;
         ptx::cp_async_16_zfill(vals + off0 + u * kPieceOffsetStep,
-                               valid ? g + u * kPieceRowStep * index_key::kValueBytes : dummy, valid ? 16 : 0);
+                               valid ? base + index_key::value_offset_in_page(first + t) + piece_col : dummy, valid ? 16 : 0);
       }
       if (tid < kTileKeys) {
         const bool valid = tid < left;
-        const float* s = reinterpret_cast<const float*>(base + int64_t(page_size) * index_key::kValueBytes) + first + tid;
-        ptx::cp_async_4_zfill(scale_out + tid, valid ? s : p.weights, valid ? 4 : 0);
+        const uint8_t* s = base + index_key::scale_offset_in_page(first + tid, page_size);
+        ptx::cp_async_4_zfill(scale_out + tid, valid ? s : dummy, valid ? 4 : 0);
       }
     } else {  // pages smaller than a tile, or not a multiple of 64 tokens: each key's own page
 #pragma unroll
       for (int u = 0; u < kPiecesPerThread; ++u) {
         const int t = t0 + kPieceRowStep * u;
         const bool valid = t < left;
-        const uint8_t* v = dummy;
-        if (valid) v = page_start(page_of(k0 + t)) + in_page(k0 + t) * index_key::kValueBytes + piece_col;
+        const void* v = dummy;
+        if (valid) v = page_start(page_of(k0 + t)) + index_key::value_offset_in_page(in_page(k0 + t)) + piece_col;
         ptx::cp_async_16_zfill(vals + off0 + u * kPieceOffsetStep, v, valid ? 16 : 0);
       }
       if (tid < kTileKeys) {
         const bool valid = tid < left;
-        const float* s = p.weights;
-        if (valid)
-          s = reinterpret_cast<const float*>(page_start(page_of(k0 + tid)) + int64_t(page_size) * index_key::kValueBytes) +
-              in_page(k0 + tid);
+        const void* s = dummy;
+        if (valid) s = page_start(page_of(k0 + tid)) + index_key::scale_offset_in_page(in_page(k0 + tid), page_size);
         ptx::cp_async_4_zfill(scale_out + tid, s, valid ? 4 : 0);
       }
     }
@@ -203,19 +201,25 @@ struct TileLoader {
   __device__ __forceinline__ const uint8_t* page_start(int32_t page) const { return values + int64_t(page) * page_bytes; }
 };
 
+// Issues D = tile x (kCols query columns at qs) for one warpgroup without waiting (wgmma only).
+template <int kCols>
+__device__ __forceinline__ void issue_product(float (&acc)[kCols / 8][4], const uint8_t* tile, const uint8_t* qs) {
+  const uint64_t da = wgmma::smem_desc_sw128(ptx::smem_addr(tile), kSwizzleAtomBytes);
+  const uint64_t db = wgmma::smem_desc_sw128(ptx::smem_addr(qs), kSwizzleAtomBytes);
+  wgmma::fence_operand(acc);
+  wgmma::fence();
+#pragma unroll
+  for (int s = 0; s < kDim / 32; ++s)
+    wgmma::m64nk32_e4m3<kCols / 8>(acc, wgmma::desc_advance(da, 32 * s), wgmma::desc_advance(db, 32 * s), s > 0);
+  wgmma::commit();
+}
+
 // D = tile x query block for one warpgroup (warp `warp` of it holds keys 16 warp .. +15).
 template <Mma E, int kN>
 __device__ __forceinline__ void tile_product(float (&acc)[kN / 8][4], const uint8_t* tile, const uint8_t* qs, int warp,
                                              int lane) {
   if constexpr (E == Mma::wgmma) {
-    const uint64_t da = wgmma::smem_desc_sw128(ptx::smem_addr(tile), kSwizzleAtomBytes);
-    const uint64_t db = wgmma::smem_desc_sw128(ptx::smem_addr(qs), kSwizzleAtomBytes);
-    wgmma::fence_operand(acc);
-    wgmma::fence();
-#pragma unroll
-    for (int s = 0; s < kDim / 32; ++s)
-      wgmma::m64nk32_e4m3<kN / 8>(acc, wgmma::desc_advance(da, 32 * s), wgmma::desc_advance(db, 32 * s), s > 0);
-    wgmma::commit();
+    issue_product<kN>(acc, tile, qs);
     wgmma::wait<0>();
     wgmma::fence_operand(acc);
   } else {
@@ -244,19 +248,6 @@ __device__ __forceinline__ void tile_product(float (&acc)[kN / 8][4], const uint
       }
     }
   }
-}
-
-// Issues D = tile x (kCols query columns at qs) for one warpgroup without waiting (wgmma only).
-template <int kCols>
-__device__ __forceinline__ void issue_product(float (&acc)[kCols / 8][4], const uint8_t* tile, const uint8_t* qs) {
-  const uint64_t da = wgmma::smem_desc_sw128(ptx::smem_addr(tile), kSwizzleAtomBytes);
-  const uint64_t db = wgmma::smem_desc_sw128(ptx::smem_addr(qs), kSwizzleAtomBytes);
-  wgmma::fence_operand(acc);
-  wgmma::fence();
-#pragma unroll
-  for (int s = 0; s < kDim / 32; ++s)
-    wgmma::m64nk32_e4m3<kCols / 8>(acc, wgmma::desc_advance(da, 32 * s), wgmma::desc_advance(db, 32 * s), s > 0);
-  wgmma::commit();
 }
 
 // One block per SM for the wide query blocks, and for mma.sync, whose B fragments need the
