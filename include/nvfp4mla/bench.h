@@ -71,6 +71,7 @@ struct TopkCase {
   int64_t columns = 0;
   int k = 2048;
   int segments = 0;         // 0: the planner's plan; 1: row_per_cta; more: split_rows with that many
+  bool resident = false;    // segments > 1: resident_rows instead of split_rows
 };
 
 struct TopkResult {

@@ -437,7 +437,7 @@ typedef struct nvfp4mla_topk_outputs {
   float* values;         /* [rows, k] or NULL */
 } nvfp4mla_topk_outputs;
 
-/* TopkPlan of topk.h (kernel: 0 row_per_cta, 1 split_rows) and the workspace it needs for `rows`. */
+/* TopkPlan of topk.h (kernel: 0 row_per_cta, 1 split_rows, 2 resident_rows) and the workspace it needs for `rows`. */
 typedef struct nvfp4mla_topk_plan {
   int32_t kernel;
   int32_t segments;

@@ -95,13 +95,19 @@ void topk_reference(const TopkArgs& args, const TopkOutputs& out);
 //                the k-th entry's bin and, as candidates, those in it; one CTA per row finishes
 //                on the candidates. A row whose bin holds more than `candidates` entries takes
 //                more histogram passes over the whole row first, so no buffer can overflow.
-enum class TopkKernel : uint8_t { row_per_cta = 0, split_rows = 1 };
+//   resident_rows: split rows whose CTAs all fit on the GPU at once (rows x segments <=
+//                kTopkResidentCtasPerSm x SMs, segments of at most kTopkResidentMaxSegment
+//                entries): one cooperative launch; each CTA reads its segment once into
+//                registers, and the three histogram passes and the compaction run there, the
+//                row's CTAs waiting for the one that decides each pass's digit (few rows:
+//                4 x 163,840 and 1 x 1,048,576).
+enum class TopkKernel : uint8_t { row_per_cta = 0, split_rows = 1, resident_rows = 2 };
 const char* to_string(TopkKernel k);
 
 struct TopkPlan {
   TopkKernel kernel = TopkKernel::row_per_cta;
   int segments = 1;         // CTAs per row
-  int64_t segment_len = 0;  // entries per CTA (split_rows)
+  int64_t segment_len = 0;  // entries per CTA (split_rows, resident_rows)
   int64_t candidates = 0;   // candidate entries a split row may keep (split_rows; 0: never filter)
 };
 
@@ -118,13 +124,20 @@ inline constexpr int64_t kTopkFilterMinEntries = int64_t(1) << 23;
 // at most this many entries each (H200: 64 x 131,072 took 57.3 us in 4 segments, 74.0 in 5 and
 // 64.3 in 8; 16 x 1,048,576 took 90.0 us in 32, 101.2 in 64 and 122.6 in 128).
 inline constexpr int64_t kTopkFilterMaxSegment = 32768;
+inline constexpr int kTopkResidentCtasPerSm = 2;            // resident_rows CTAs an SM holds at once
+inline constexpr int64_t kTopkResidentMaxSegment = 8192;    // the entries a resident CTA keeps in registers
 
 // The planner: rows x segments ~ kTopkCtasPerSm x sm_count CTAs, segments of at least
 // kTopkMinSegment entries; one segment per row means row_per_cta. Split rows that take the three
 // passes get segments of at most kTopkMaxSegment entries (without the filter, 16 x 1,048,576 took
 // 235 us in 17 segments per row, 204 in 34 and 181 in 66); filtering plans follow
-// kTopkFilterMaxSegment. Throws Error for negative sizes or a non-positive SM count.
+// kTopkFilterMaxSegment. Split rows whose CTAs all fit at once (resident_rows' limits) run
+// resident_rows. Throws Error for negative sizes or a non-positive SM count.
 TopkPlan plan_topk(int rows, int64_t columns, int sm_count);
+// A resident_rows plan with at least `segments` segments per row (more when a segment would pass
+// kTopkResidentMaxSegment; segment_len a multiple of 256). The launch fails with an Error when
+// rows x segments CTAs do not fit on the GPU at once.
+TopkPlan resident_topk_plan(int64_t columns, int segments);
 // A split_rows plan with `segments` segments per row (segment_len a multiple of 256) keeping up to
 // `candidates` (<= kTopkCandidates) candidate entries per row (-1: min(columns, kTopkCandidates); 0 forces the three
 // histogram passes); tests and benchmarks use it to run a chosen split.

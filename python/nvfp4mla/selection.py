@@ -317,11 +317,11 @@ def indexer_logits_paged(q, weights, cache, block_table, context_lens, out=None,
 # ---- top-k ---------------------------------------------------------------------------------------------
 
 class TopkPlan:
-    """How the GPU top-k divides (rows, columns): ``kernel`` ("row_per_cta" or "split_rows"),
-    ``segments`` per row, ``segment_len``, ``candidates`` (the entries a split row may keep for its
-    finisher; 0: three histogram passes) and ``workspace_bytes`` (uint8, 16-byte aligned; 0 for
-    row_per_cta). Reusable for every call with the same rows and columns."""
-    KERNELS = ("row_per_cta", "split_rows")
+    """How the GPU top-k divides (rows, columns): ``kernel`` ("row_per_cta", "split_rows" or
+    "resident_rows"), ``segments`` per row, ``segment_len``, ``candidates`` (the entries a split
+    row may keep for its finisher; 0: three histogram passes) and ``workspace_bytes`` (uint8,
+    16-byte aligned; 0 for row_per_cta). Reusable for every call with the same rows and columns."""
+    KERNELS = ("row_per_cta", "split_rows", "resident_rows")
 
     def __init__(self, c_plan, columns):
         self._c = c_plan

@@ -346,7 +346,9 @@ def test_plan_topk():
     small = nvfp4mla.plan_topk(64, 4096, sm_count=132)
     assert small.kernel == "row_per_cta" and small.workspace_bytes == 0
     big = nvfp4mla.plan_topk(1, 1 << 20, sm_count=132)
-    assert big.kernel == "split_rows" and big.segments > 1 and big.workspace_bytes > 0
+    assert big.kernel == "resident_rows" and big.segments > 1 and big.workspace_bytes > 0
+    many = nvfp4mla.plan_topk(16, 1 << 20, sm_count=132)
+    assert many.kernel == "split_rows" and many.segments > 1 and many.workspace_bytes > 0
     assert nvfp4mla.TopkPlan.from_list(big.as_list()).as_list() == big.as_list()
     with pytest.raises(nvfp4mla.Error, match="SM"):
         nvfp4mla.plan_topk(1, 10, sm_count=0)

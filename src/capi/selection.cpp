@@ -103,7 +103,7 @@ const int32_t kPlaceholderI32[4] = {};
 #if defined(NVFP4MLA_WITH_CUDA)
 TopkPlan topk_plan_of(const nvfp4mla_topk_plan* p, int rows) {
   require(p, "top-k plan");
-  if (p->kernel != static_cast<int32_t>(TopkKernel::row_per_cta) && p->kernel != static_cast<int32_t>(TopkKernel::split_rows))
+  if (p->kernel < static_cast<int32_t>(TopkKernel::row_per_cta) || p->kernel > static_cast<int32_t>(TopkKernel::resident_rows))
     throw Error("top-k: unknown plan kernel code " + std::to_string(p->kernel));
   if (p->rows != rows)
     throw Error("top-k: the plan was made for " + std::to_string(p->rows) + " rows, the values have " + std::to_string(rows));

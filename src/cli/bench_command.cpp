@@ -23,6 +23,7 @@ struct BenchFlags {
   bool all_formats = false;
   std::vector<int> rows, heads, topk;
   int splits = 0;
+  bool resident = false;  // bench topk: split rows as resident_rows
   int64_t capacity = int64_t(1) << 20;
   int64_t tokens = 1 << 20;
   std::vector<int64_t> columns;  // bench topk
@@ -162,11 +163,11 @@ void run_topk_bench(const BenchFlags& f) {
     // The bars of issue 22 (k = 2048), then the torch.topk anchors of SELECTION.md.
     const int64_t shapes[][2] = {{1, 1 << 20}, {64, 131072}, {16, 1 << 20}, {4, 163840}, {1, 131072}, {128, 32768}};
     for (int k : f.topk.empty() ? std::vector<int>{2048} : f.topk)
-      for (const auto& s : shapes) cases.push_back({static_cast<int>(s[0]), s[1], k, f.splits});
+      for (const auto& s : shapes) cases.push_back({static_cast<int>(s[0]), s[1], k, f.splits, f.resident});
   } else {
     for (int r : f.rows.empty() ? std::vector<int>{1} : f.rows)
       for (int64_t c : f.columns.empty() ? std::vector<int64_t>{1 << 20} : f.columns)
-        for (int k : f.topk.empty() ? std::vector<int>{2048} : f.topk) cases.push_back({r, c, k, f.splits});
+        for (int k : f.topk.empty() ? std::vector<int>{2048} : f.topk) cases.push_back({r, c, k, f.splits, f.resident});
   }
   const auto opt = options_of(f);
   const auto ceil = bench::measure_ceilings(opt);
@@ -319,6 +320,7 @@ void add_bench_command(CLI::App& app) {
   topk->add_option("--rows", f->rows, "rows (default: the issue's shapes)")->check(CLI::PositiveNumber);
   topk->add_option("--columns", f->columns, "entries per row")->check(CLI::Range(int64_t(1), int64_t(INT32_MAX)));
   topk->add_option("--k", f->topk, "entries selected per row (default 2048)")->check(CLI::Range(1, 4096));
+  topk->add_flag("--resident", f->resident, "with --segments above 1: the resident_rows kernel instead of split_rows");
   topk->add_option("--segments", f->splits, "CTAs per row: 0 = the planner, 1 = one CTA per row, more = split rows")
       ->check(CLI::Range(0, 65535));
   topk->callback([f] { run_topk_bench(*f); });

@@ -93,6 +93,11 @@ std::vector<TopkPlan> plans_for(int rows, int64_t columns, bool all = true) {
       p.push_back(split_topk_plan(columns, 3, candidates));
       p.push_back(split_topk_plan(columns, fine, candidates));
     }
+    // resident_rows where all its CTAs fit at once.
+    for (int segments : {3, fine}) {
+      const auto r = resident_topk_plan(columns, segments);
+      if (int64_t(rows) * r.segments <= int64_t(kTopkResidentCtasPerSm) * sm_count()) p.push_back(r);
+    }
   }
   return p;
 }
@@ -346,6 +351,13 @@ TEST(TopkGpu, BadArgumentsThrowAndWriteNothing) {
   expect_error(g.args, split, ws.get(), bytes - 1, g.outputs(), "workspace");
   expect_error(g.args, split, ws.get() + 8, bytes, g.outputs(), "workspace");
   expect_error(g.args, split_topk_plan(p.columns / 2, 4), ws.get(), bytes, g.outputs(), "do not cover");
+  // More resident CTAs than the GPU holds at once: refused before anything runs.
+  const auto too_many = resident_topk_plan(p.columns, kTopkResidentCtasPerSm * sm_count());
+  DeviceBuffer<uint8_t> big_ws(topk_workspace_bytes(too_many, 2));
+  expect_error(g.args, too_many, big_ws.get(), big_ws.size(), g.outputs(), "do not fit");
+  auto with_candidates = resident_topk_plan(p.columns, 4);
+  with_candidates.candidates = 100;
+  expect_error(g.args, with_candidates, big_ws.get(), big_ws.size(), g.outputs(), "keeps no candidates");
   std::vector<int32_t> table(10, 0);
   DeviceBuffer<int32_t> dtable(table);
   a = g.args;
@@ -358,32 +370,35 @@ TEST(TopkGpu, CudaGraphReplayFollowsNewValues) {
   TopkProblem p(3, 300000);
   for (int r = 0; r < 3; ++r) nvfp4mla::testing::fill_random(p.row(r), p.columns, 800 + r);
   GpuTopk g(p.args(2048));
-  const auto plan = plan_topk(p.rows, p.columns, sm_count());
-  ASSERT_EQ(plan.kernel, TopkKernel::split_rows);
-  DeviceBuffer<uint8_t> ws(topk_workspace_bytes(plan, p.rows));
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreate(&s));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  cuda::topk(g.args, plan, ws.get(), ws.size(), g.outputs(), nullptr, s);
-  CUDA_OK(cudaStreamEndCapture(s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int round = 0; round < 3; ++round) {
-    if (round > 0)
-      for (int r = 0; r < 3; ++r) nvfp4mla::testing::fill_row(p.row(r), p.columns, nvfp4mla::testing::kAllRowKinds[round * 3 + r], round);
-    g.values.upload(p.values);
-    g.poison();
-    CUDA_OK(cudaGraphLaunch(exec, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    TopkResult got(p.rows, 2048);
-    got.indices = g.indices.download();
-    got.length = g.topk_length.download();
-    got.values = g.out_values.download();
-    const auto want = nvfp4mla::testing::reference(p.args(2048));
-    EXPECT_TRUE(got == want) << "replay " << round << ": " << first_difference(got, want, 2048);
+  // The planner's resident plan (one cooperative launch) and a split one (a chain of launches).
+  ASSERT_EQ(plan_topk(p.rows, p.columns, sm_count()).kernel, TopkKernel::resident_rows);
+  for (const auto& plan : {plan_topk(p.rows, p.columns, sm_count()), split_topk_plan(p.columns, 20)}) {
+    SCOPED_TRACE(plan_name(plan));
+    DeviceBuffer<uint8_t> ws(topk_workspace_bytes(plan, p.rows));
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreate(&s));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cuda::topk(g.args, plan, ws.get(), ws.size(), g.outputs(), nullptr, s);
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int round = 0; round < 3; ++round) {
+      if (round > 0)
+        for (int r = 0; r < 3; ++r) nvfp4mla::testing::fill_row(p.row(r), p.columns, nvfp4mla::testing::kAllRowKinds[round * 3 + r], round);
+      g.values.upload(p.values);
+      g.poison();
+      CUDA_OK(cudaGraphLaunch(exec, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      TopkResult got(p.rows, 2048);
+      got.indices = g.indices.download();
+      got.length = g.topk_length.download();
+      got.values = g.out_values.download();
+      const auto want = nvfp4mla::testing::reference(p.args(2048));
+      EXPECT_TRUE(got == want) << "replay " << round << ": " << first_difference(got, want, 2048);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
 }

@@ -256,11 +256,14 @@ TEST(TopkRadix, OrderKeysFollowTheSelectionOrder) {
 
 TEST(TopkPlan, PlannerSplitsLongRowsAndKeepsManyRowsWhole) {
   const int sms = 132;
-  const auto one_m = plan_topk(1, 1 << 20, sms);
-  EXPECT_EQ(one_m.kernel, TopkKernel::split_rows);
+  const auto one_m = plan_topk(1, 1 << 20, sms);  // its 256 CTAs fit at once
+  EXPECT_EQ(one_m.kernel, TopkKernel::resident_rows);
   EXPECT_GE(int64_t(one_m.segments) * one_m.segment_len, 1 << 20);
-  EXPECT_LE(one_m.segments, kTopkCtasPerSm * sms);
+  EXPECT_LE(one_m.segments, kTopkResidentCtasPerSm * sms);
+  EXPECT_LE(one_m.segment_len, kTopkResidentMaxSegment);
+  EXPECT_EQ(one_m.candidates, 0);
   EXPECT_GE(one_m.segments, 128);
+  EXPECT_GT(topk_workspace_bytes(one_m, 1), 0u);
   const auto many = plan_topk(2048, 32768, sms);
   EXPECT_EQ(many.kernel, TopkKernel::row_per_cta);
   EXPECT_EQ(topk_workspace_bytes(many, 2048), 0u);
@@ -274,7 +277,20 @@ TEST(TopkPlan, PlannerSplitsLongRowsAndKeepsManyRowsWhole) {
   EXPECT_LE(long_rows.segment_len, kTopkFilterMaxSegment);
   EXPECT_EQ(long_rows.segments, 32);
   EXPECT_EQ(plan_topk(128, 32768, sms).segments, 3);  // below the filter: segments of at most kTopkMaxSegment
-  EXPECT_EQ(plan_topk(4, 163840, sms).segments, 40);
+  const auto few = plan_topk(4, 163840, sms);
+  EXPECT_EQ(few.kernel, TopkKernel::resident_rows);
+  EXPECT_EQ(few.segments, 40);
+  // Resident only while every CTA fits: 3 rows of 2^21 need 256 segments each.
+  EXPECT_EQ(plan_topk(3, 1 << 21, sms).kernel, TopkKernel::split_rows);
+  EXPECT_EQ(plan_topk(1, 1 << 21, sms).kernel, TopkKernel::resident_rows);  // 256 segments of 8192
+  for (int64_t columns : {int64_t(1), int64_t(8192), int64_t(8193), int64_t(118750), int64_t(1) << 21})
+    for (int segments : {1, 2, 3, 64, 300}) {
+      const auto p = resident_topk_plan(columns, segments);
+      EXPECT_EQ(p.kernel, TopkKernel::resident_rows);
+      EXPECT_GE(int64_t(p.segments) * p.segment_len, columns);
+      EXPECT_LE(p.segment_len, kTopkResidentMaxSegment);
+      EXPECT_EQ(p.segment_len % 256, 0);
+    }
   EXPECT_EQ(plan_topk(1, 3000, sms).kernel, TopkKernel::row_per_cta);  // shorter than a segment
   EXPECT_EQ(plan_topk(4, 0, sms).kernel, TopkKernel::row_per_cta);
   for (int64_t columns : {int64_t(1), int64_t(255), int64_t(4097), int64_t(118750), int64_t(1) << 21})

@@ -64,6 +64,7 @@ std::vector<TopkResult> run_topk(const std::vector<TopkCase>& cases, const Optio
     a.k = c.k;
     const TopkPlan plan = c.segments == 0 ? plan_topk(c.rows, c.columns, sms)
                           : c.segments == 1 ? TopkPlan{TopkKernel::row_per_cta, 1, c.columns}
+                          : c.resident      ? resident_topk_plan(c.columns, c.segments)
                                             : split_topk_plan(c.columns, c.segments);
     const size_t ws_bytes = topk_workspace_bytes(plan, c.rows);
     Dev<uint8_t> ws(ws_bytes);

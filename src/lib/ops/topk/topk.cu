@@ -668,6 +668,220 @@ __global__ void __launch_bounds__(kThreads) topk_split_finish(TopkArgs a, TopkOu
   write_padding(a, o, row, count);
 }
 
+// ---- resident_rows ---------------------------------------------------------------------------
+// Every CTA of the grid is resident at once (the cooperative launch guarantees it or fails), so a
+// row's CTAs can wait for each other: each reads its segment (at most kRound entries) once into
+// registers as keys, and the three radix passes and the compaction run on those, the row's last
+// CTA to finish a pass deciding the digit while the others wait for it to publish.
+static_assert(kRound == kTopkResidentMaxSegment, "a resident CTA holds one round of a walk");
+
+__device__ __forceinline__ void publish_release(uint32_t* flag, uint32_t value) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* flag) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+
+// Entry (u, j) of this thread is entry (u * kThreads + t) * kVec + j of its segment, as in a round.
+__device__ __forceinline__ int resident_entry(int u, int j) { return (u * kThreads + threadIdx.x) * kVec + j; }
+
+// The keys of the segment's n entries from v (entries past n read as key 0 and are never counted).
+__device__ __forceinline__ void load_resident(const float* __restrict__ v, int n, bool vec, uint32_t (&key)[kUnroll][kVec]) {
+  uint32_t bits[kUnroll][kVec];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int c = resident_entry(u, 0);
+    if (vec && c + kVec <= n) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(v + c));
+      bits[u][0] = __float_as_uint(x.x);
+      bits[u][1] = __float_as_uint(x.y);
+      bits[u][2] = __float_as_uint(x.z);
+      bits[u][3] = __float_as_uint(x.w);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) bits[u][j] = c + j < n ? __float_as_uint(v[c + j]) : 0u;
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) key[u][j] = order_key(bits[u][j]);
+}
+
+// Pass PASS of a resident row: the segment's histogram (into s.hist, entries above the prefix into
+// s.above) is added to the row's; the row's last CTA finds the digit (and after pass 2 the
+// segments' compaction offsets) and publishes, the others wait. Leaves the row's prefix and k_rem.
+template <int PASS>
+__device__ void resident_pass(SharedStorage& s, const SplitView& w, const uint32_t (&key)[kUnroll][kVec], int n, int seg,
+                              uint32_t nseg, uint32_t k_eff, uint32_t& prefix, uint32_t& k_rem) {
+  constexpr int kShift = digit_shift(PASS);
+  constexpr uint32_t kMask = (1u << digit_bits(PASS)) - 1;
+  constexpr int kDigitBins = 1 << digit_bits(PASS);
+  for (int b = threadIdx.x; b < kDigitBins; b += kThreads) s.hist[b] = 0;
+  if (threadIdx.x == 0) s.above = 0;
+  __syncthreads();
+  uint32_t above = 0;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if (resident_entry(u, j) >= n) continue;
+      if constexpr (PASS == 0) {
+        atomicAdd(&s.hist[key[u][j] >> kShift], 1u);
+      } else {
+        const uint32_t high = key[u][j] >> (kShift + digit_bits(PASS));
+        if (high == prefix)
+          atomicAdd(&s.hist[(key[u][j] >> kShift) & kMask], 1u);
+        else if (high > prefix)
+          ++above;
+      }
+    }
+  if (above) atomicAdd(&s.above, above);
+  __syncthreads();
+  for (int b = threadIdx.x; b < kDigitBins; b += kThreads)
+    if (s.hist[b]) atomicAdd(&w.hist[PASS * kBins + b], s.hist[b]);
+  if constexpr (PASS == 2) write_suffix<kDigitBins>(s, w.suffix + size_t(seg) * kSegmentSuffixWords);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s.last = atomicAdd(&w.state->arrived[PASS], 1u) == nseg - 1;
+  __syncthreads();
+  if (s.last) {
+    __threadfence();
+    const uint32_t* row_hist = w.hist + PASS * kBins;
+    find_digit(s, kDigitBins, k_rem, [&](int b) { return __ldcg(row_hist + b); });
+    const uint32_t T = (prefix << digit_bits(PASS)) | s.digit, rem = s.k_rem;
+    if (threadIdx.x == 0) {
+      w.state->prefix = T;
+      w.state->k_rem = rem;
+      if (PASS == 2) {
+        w.state->threshold = T;
+        w.state->need = rem;
+        w.state->count = selected_count(k_eff, T, rem);
+      }
+    }
+    if constexpr (PASS == 2) {
+      // As topk_split_pass: each segment's entries above T and equal to it in the segments before it.
+      unsigned long long carry = 0;
+      for (uint32_t first = 0; first < nseg; first += kThreads) {
+        const uint32_t sg = first + threadIdx.x;
+        unsigned long long packed = 0;
+        if (sg < nseg) {
+          const uint32_t* sf = w.suffix + size_t(sg) * kSegmentSuffixWords;
+          const uint32_t ge = __ldcg(sf + s.digit), gt = __ldcg(sf + s.digit + 1);
+          packed = (static_cast<unsigned long long>(gt) << 32) | (ge - gt);
+        }
+        unsigned long long excl, total;
+        BlockScanU64(s.temp.scan64).ExclusiveSum(packed, excl, total);
+        excl += carry;
+        if (sg < nseg) {
+          w.offsets[size_t(sg) * kSegmentOffsetWords] = static_cast<uint32_t>(excl >> 32);
+          w.offsets[size_t(sg) * kSegmentOffsetWords + 1] = static_cast<uint32_t>(excl);
+        }
+        carry += total;
+        __syncthreads();
+      }
+    }
+    __syncthreads();  // every write of the decision before the release
+    if (threadIdx.x == 0) {
+      __threadfence();
+      publish_release(&w.state->published, PASS + 1);
+    }
+  } else if (threadIdx.x == 0) {
+    while (load_acquire(&w.state->published) < PASS + 1) __nanosleep(64);
+  }
+  if (threadIdx.x == 0) {
+    s.digit = __ldcg(&w.state->prefix);
+    s.k_rem = __ldcg(&w.state->k_rem);
+  }
+  __syncthreads();
+  prefix = s.digit;
+  k_rem = s.k_rem;
+  __syncthreads();  // before the next pass reuses s
+}
+
+// The segment's selected entries in column order at the offsets pass 2 published (compact_range
+// over the keys in registers: the block's entries of round u come before those of round u + 1).
+__device__ void resident_compact(SharedStorage& s, const TopkArgs& a, const TopkOutputs& o, int row, int64_t begin,
+                                 const uint32_t (&key)[kUnroll][kVec], int n, uint32_t T, uint32_t need,
+                                 uint32_t gt_before, uint32_t eq_before, unsigned long long* error_count) {
+  const float* v = a.values + int64_t(row) * a.stride;
+  const uint32_t ties = T != 0 ? need : 0u;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    uint32_t gt = 0, eq = 0;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const bool valid = resident_entry(u, j) < n;
+      gt += valid && key[u][j] > T;
+      eq += valid && T != 0 && key[u][j] == T;
+    }
+    uint32_t excl, total;
+    BlockScanU32(s.temp.scan).ExclusiveSum(gt | (eq << 16), excl, total);
+    uint32_t g = gt_before + (excl & 0xFFFFu), e = eq_before + (excl >> 16);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if (resident_entry(u, j) >= n) continue;
+      const int64_t col = begin + resident_entry(u, j);
+      if (key[u][j] > T) {
+        write_selected(a, o, row, g + min(e, ties), col, o.values ? v[col] : 0.0f, error_count);
+        ++g;
+      } else if (T != 0 && key[u][j] == T) {
+        if (e < need) write_selected(a, o, row, g + e, col, o.values ? v[col] : 0.0f, error_count);
+        ++e;
+      }
+    }
+    gt_before += total & 0xFFFFu;
+    eq_before += total >> 16;
+    __syncthreads();  // before the next round's scan reuses the storage
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, kTopkResidentCtasPerSm)
+    topk_resident(TopkArgs a, TopkOutputs o, int segments, int64_t segment_len, void* ws, unsigned long long* error_count) {
+  __shared__ SharedStorage s;
+  const int row = static_cast<int>(blockIdx.x / segments), seg = static_cast<int>(blockIdx.x % segments);
+  bool bad = false;
+  const int64_t len = row_length(a, row, &bad);
+  if (seg == 0 && bad && threadIdx.x == 0 && error_count) atomicAdd(error_count, 1ull);
+  const uint32_t k_eff = static_cast<uint32_t>(len < a.k ? len : a.k);
+  if (k_eff == 0) {
+    if (seg == 0) write_padding(a, o, row, 0);
+    return;
+  }
+  const int64_t begin = int64_t(seg) * segment_len;
+  if (begin >= len) return;
+  const int n = static_cast<int>(begin + segment_len < len ? segment_len : len - begin);
+  const uint32_t nseg = static_cast<uint32_t>((len + segment_len - 1) / segment_len);
+  const SplitView w = split_view(ws, a.rows, segments, 0, row);
+  uint32_t key[kUnroll][kVec];
+  load_resident(a.values + int64_t(row) * a.stride + begin, n, rows_are_vector_aligned(a), key);
+  uint32_t prefix = 0, k_rem = k_eff;
+  resident_pass<0>(s, w, key, n, seg, nseg, k_eff, prefix, k_rem);
+  resident_pass<1>(s, w, key, n, seg, nseg, k_eff, prefix, k_rem);
+  resident_pass<2>(s, w, key, n, seg, nseg, k_eff, prefix, k_rem);
+  const uint32_t T = prefix, need = k_rem;
+  resident_compact(s, a, o, row, begin, key, n, T, need, __ldcg(&w.offsets[size_t(seg) * kSegmentOffsetWords]),
+                   __ldcg(&w.offsets[size_t(seg) * kSegmentOffsetWords + 1]), error_count);
+  if (seg == 0) write_padding(a, o, row, selected_count(k_eff, T, need));
+}
+
+// How many resident_rows CTAs fit on the current GPU at once (worked out once per process; the
+// device of the first call stands for all, as for the finisher).
+int64_t resident_capacity() {
+  static int64_t capacity = 0;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int device = 0, sms = 0, per_sm = 0;
+    check(cudaGetDevice(&device), "top-k: current device");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "top-k: SM count");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, topk_resident, kThreads, 0), "top-k: resident occupancy");
+    capacity = int64_t(sms) * per_sm;
+  });
+  return capacity;
+}
+
 // Launches one kernel of a split row's chain, as a programmatic dependent of the kernel before
 // it when `dependent` (see wait_for_previous_kernel).
 template <class... Params, class... Args>
@@ -729,7 +943,13 @@ void topk(const TopkArgs& a, const TopkPlan& plan, void* workspace, size_t works
   validate_topk_args(a, out);
   if (reinterpret_cast<uintptr_t>(error_count) % alignof(unsigned long long) != 0)
     throw Error("top-k: error_count is not aligned to 8 bytes");
-  if (plan.kernel == TopkKernel::split_rows) {
+  if (plan.kernel == TopkKernel::resident_rows) {
+    if (plan.candidates != 0) throw Error("top-k: a resident_rows plan keeps no candidates");
+    if (plan.segment_len < 1 || plan.segment_len > kTopkResidentMaxSegment || plan.segment_len % kVec != 0)
+      throw Error("top-k: the resident plan's segments of " + std::to_string(plan.segment_len) +
+                  " entries are not a multiple of 4 in 4.." + std::to_string(kTopkResidentMaxSegment));
+  }
+  if (plan.kernel != TopkKernel::row_per_cta) {
     if (plan.candidates < 0 || plan.candidates > kTopkCandidates)
       throw Error("top-k: the plan's candidate count " + std::to_string(plan.candidates) + " is outside 0.." +
                   std::to_string(kTopkCandidates));
@@ -751,6 +971,24 @@ void topk(const TopkArgs& a, const TopkPlan& plan, void* workspace, size_t works
   }
   const unsigned grid = static_cast<unsigned>(a.rows * plan.segments);
   const SplitLayout layout = split_layout(a.rows, plan.segments, plan.candidates);
+  if (plan.kernel == TopkKernel::resident_rows) {
+    if (int64_t(grid) > resident_capacity())
+      throw Error("top-k: the resident plan's " + std::to_string(grid) + " CTAs do not fit on this GPU at once (" +
+                  std::to_string(resident_capacity()) + "); plan it with this GPU's SM count");
+    check(cudaMemsetAsync(workspace, 0, layout.zeroed_bytes, stream), "top-k workspace reset");
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeCooperative;  // every CTA resident: the row's CTAs wait for each other
+    attribute.val.cooperative = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    check(cudaLaunchKernelEx(&config, topk_resident, a, out, plan.segments, plan.segment_len, workspace, error_count),
+          "top-k resident kernel");
+    return;
+  }
   check(cudaMemsetAsync(workspace, 0, layout.zeroed_bytes, stream), "top-k workspace reset");
   const bool pdl = device_has_dependent_launch();
   // A plan's candidates that this GPU's finisher cannot hold in shared memory (smaller GPUs than

@@ -26,7 +26,13 @@ bool selectable(float v) { return !std::isnan(v) && v != -std::numeric_limits<fl
 
 }  // namespace
 
-const char* to_string(TopkKernel k) { return k == TopkKernel::split_rows ? "split_rows" : "row_per_cta"; }
+const char* to_string(TopkKernel k) {
+  switch (k) {
+    case TopkKernel::split_rows: return "split_rows";
+    case TopkKernel::resident_rows: return "resident_rows";
+    default: return "row_per_cta";
+  }
+}
 
 void validate_topk_args(const TopkArgs& a, const TopkOutputs& out) {
   if (a.k < 1 || a.k > kTopkMaxK) throw Error("top-k: k must be in 1.." + str(kTopkMaxK) + " (got " + str(a.k) + ")");
@@ -127,6 +133,9 @@ TopkPlan plan_topk(int rows, int64_t columns, int sm_count) {
   const int64_t by_rows = (target + std::max(rows, 1) - 1) / std::max(rows, 1);
   int64_t segments = std::min(by_length, by_rows);
   if (segments > 1) {
+    const int64_t resident = std::max(segments, (columns + kTopkResidentMaxSegment - 1) / kTopkResidentMaxSegment);
+    if (int64_t(std::max(rows, 1)) * resident <= int64_t(kTopkResidentCtasPerSm) * sm_count)
+      return resident_topk_plan(columns, static_cast<int>(resident));
     const bool filter = int64_t(std::max(rows, 1)) * columns >= kTopkFilterMinEntries;
     if (filter)  // at most kTopkCtasPerSm CTAs per SM, unless segments would pass kTopkFilterMaxSegment
       segments = std::max(std::min(by_length, std::max<int64_t>(1, target / std::max(rows, 1))),
@@ -141,8 +150,16 @@ TopkPlan plan_topk(int rows, int64_t columns, int sm_count) {
   return p;
 }
 
+TopkPlan resident_topk_plan(int64_t columns, int segments) {
+  if (columns < 0 || segments < 1) throw Error("top-k plan: columns >= 0 and segments >= 1 required");
+  const int64_t at_least = (columns + kTopkResidentMaxSegment - 1) / kTopkResidentMaxSegment;
+  TopkPlan p = split_topk_plan(columns, static_cast<int>(std::max<int64_t>(segments, at_least)), 0);
+  p.kernel = TopkKernel::resident_rows;
+  return p;
+}
+
 size_t topk_workspace_bytes(const TopkPlan& plan, int rows) {
-  if (plan.kernel != TopkKernel::split_rows || rows <= 0) return 0;
+  if (plan.kernel == TopkKernel::row_per_cta || rows <= 0) return 0;
   return topk_radix::split_layout(rows, plan.segments, plan.candidates).total_bytes;
 }
 

@@ -27,7 +27,7 @@ inline constexpr int kBins = 2048;  // the widest digit
 NVFP4MLA_HD constexpr int digit_bits(int pass) { return pass == 2 ? 10 : 11; }
 NVFP4MLA_HD constexpr int digit_shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
 
-// Workspace of a split_rows plan. Per row, zeroed before every call: one histogram per pass
+// Workspace of a split_rows or resident_rows plan. Per row, zeroed before every call: one histogram per pass
 // and the row's state. Per row and segment: the segment's counts of the latest pass as suffix
 // sums (entries above the pass's prefix plus those with the prefix and digit >= d, for d in
 // 0..2048), then the segment's offsets (entries above the chosen digit and with it in the
@@ -49,6 +49,7 @@ struct RowState {
   uint32_t stage;             // kStage*
   uint32_t sure;              // sure entries the filter wrote
   uint32_t candidates;        // candidates the filter wrote
+  uint32_t published;         // resident_rows: the passes whose digit the row's deciding CTA has published
 };
 inline constexpr size_t kRowWords = size_t(kPasses) * kBins + 16;
 static_assert(sizeof(RowState) <= 16 * sizeof(uint32_t));

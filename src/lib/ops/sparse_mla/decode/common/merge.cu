@@ -42,12 +42,23 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float
   }
   __syncthreads();
   const float inv = s_sum > 0.0f ? 1.0f / s_sum : 0.0f;
+  // The splits' partials are read kMergeBatch at a time, all loads issued before any is used (one
+  // dependent L2 round trip per split made the merge latency-bound). A split of weight 0 is
+  // skipped after its load: empty splits never wrote their partials, which may hold anything.
+  constexpr int kMergeBatch = 8;
+  const float4* po = reinterpret_cast<const float4*>(part_out + rh * splits * kLatentDim) + threadIdx.x;
   float4 acc = make_float4(0, 0, 0, 0);
-  for (int s = 0; s < splits; ++s) {
-    const float w = weights[s];
-    if (w == 0.0f) continue;  // also skips never-written partials of empty splits
-    const float4 v = reinterpret_cast<const float4*>(part_out + (rh * splits + s) * kLatentDim)[threadIdx.x];
-    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+  for (int first = 0; first < splits; first += kMergeBatch) {
+    float4 v[kMergeBatch];
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u)
+      if (first + u < splits) v[u] = __ldcg(po + (first + u) * (kLatentDim / 4));
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      const float w = first + u < splits ? weights[first + u] : 0.0f;
+      if (w == 0.0f) continue;
+      acc.x += w * v[u].x; acc.y += w * v[u].y; acc.z += w * v[u].z; acc.w += w * v[u].w;
+    }
   }
   uint2 packed;
   packed.x = ptx::pack_bf16x2(acc.x * inv, acc.y * inv);
