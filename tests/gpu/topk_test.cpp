@@ -351,18 +351,38 @@ TEST(TopkGpu, BadArgumentsThrowAndWriteNothing) {
   expect_error(g.args, split, ws.get(), bytes - 1, g.outputs(), "workspace");
   expect_error(g.args, split, ws.get() + 8, bytes, g.outputs(), "workspace");
   expect_error(g.args, split_topk_plan(p.columns / 2, 4), ws.get(), bytes, g.outputs(), "do not cover");
-  // More resident CTAs than the GPU holds at once: refused before anything runs.
-  const auto too_many = resident_topk_plan(p.columns, kTopkResidentCtasPerSm * sm_count());
-  DeviceBuffer<uint8_t> big_ws(topk_workspace_bytes(too_many, 2));
-  expect_error(g.args, too_many, big_ws.get(), big_ws.size(), g.outputs(), "do not fit");
   auto with_candidates = resident_topk_plan(p.columns, 4);
   with_candidates.candidates = 100;
-  expect_error(g.args, with_candidates, big_ws.get(), big_ws.size(), g.outputs(), "keeps no candidates");
+  DeviceBuffer<uint8_t> resident_ws(topk_workspace_bytes(with_candidates, 2));
+  expect_error(g.args, with_candidates, resident_ws.get(), resident_ws.size(), g.outputs(), "keeps no candidates");
   std::vector<int32_t> table(10, 0);
   DeviceBuffer<int32_t> dtable(table);
   a = g.args;
   a.slots = {dtable.get(), 2, 5, 5, 64, 1, 1 << 20};
   expect_error(a, split, ws.get(), bytes, g.outputs(), "block_table covers 320 positions");
+}
+
+TEST(TopkGpu, ResidentPlanLargerThanTheGpuIsRefused) {
+  NVFP4MLA_REQUIRE_GPU();
+  // More resident CTAs than the GPU holds at once would wait for each other forever: refused
+  // before anything runs, outputs untouched.
+  const int segments = 64;
+  const int rows = kTopkResidentCtasPerSm * sm_count() / segments + 1;
+  TopkProblem p(rows, int64_t(segments) * 256);
+  nvfp4mla::testing::fill_random(p.values.data(), static_cast<int64_t>(p.values.size()), 5);
+  GpuTopk g(p.args(16));
+  const auto plan = resident_topk_plan(p.columns, segments);
+  ASSERT_EQ(plan.segments, segments);
+  DeviceBuffer<uint8_t> ws(topk_workspace_bytes(plan, rows));
+  g.poison();
+  try {
+    cuda::topk(g.args, plan, ws.get(), ws.size(), g.outputs(), g.errors.get(), nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("do not fit"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int32_t x : g.topk_length.download()) ASSERT_EQ(static_cast<uint32_t>(x), 0xABABABABu);
 }
 
 TEST(TopkGpu, CudaGraphReplayFollowsNewValues) {
