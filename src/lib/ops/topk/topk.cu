@@ -43,7 +43,7 @@ struct SharedStorage {
   } temp;
   uint32_t digit, k_rem, bin_count, above;
   bool last;
-  uint32_t cursor[2];  // the filter's next free places within the segment's
+  uint32_t cursor[2];  // the filter's next free places within the segment's; resident: the counts before it
 };
 
 // The kernels after a split row's first pass are launched as programmatic dependents of the one
@@ -671,13 +671,11 @@ __global__ void __launch_bounds__(kThreads) topk_split_finish(TopkArgs a, TopkOu
 // ---- resident_rows ---------------------------------------------------------------------------
 // Every CTA of the grid is resident at once (the cooperative launch guarantees it or fails), so a
 // row's CTAs can wait for each other: each reads its segment (at most kRound entries) once into
-// registers as keys, and the three radix passes and the compaction run on those, the row's last
-// CTA to finish a pass deciding the digit while the others wait for it to publish.
+// registers as keys, and the three radix passes and the compaction run on those: after each
+// pass's histogram the row's CTAs wait for each other (an arrival counter) and each then reads the
+// row's histogram and finds the digit itself.
 static_assert(kRound == kTopkResidentMaxSegment, "a resident CTA holds one round of a walk");
 
-__device__ __forceinline__ void publish_release(uint32_t* flag, uint32_t value) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
-}
 __device__ __forceinline__ uint32_t load_acquire(const uint32_t* flag) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
@@ -711,11 +709,14 @@ __device__ __forceinline__ void load_resident(const float* __restrict__ v, int n
 }
 
 // Pass PASS of a resident row: the segment's histogram (into s.hist, entries above the prefix into
-// s.above) is added to the row's; the row's last CTA finds the digit (and after pass 2 the
-// segments' compaction offsets) and publishes, the others wait. Leaves the row's prefix and k_rem.
+// s.above) is added to the row's; once every segment of the row has arrived, each CTA reads the
+// row's histogram and finds the digit itself (the same for all: no CTA waits for another's
+// decision). Extends prefix and lowers k_rem; after pass 2 also gives the segment's entries above
+// and equal to the threshold in the segments before it (gt_before, eq_before).
 template <int PASS>
 __device__ void resident_pass(SharedStorage& s, const SplitView& w, const uint32_t (&key)[kUnroll][kVec], int n, int seg,
-                              uint32_t nseg, uint32_t k_eff, uint32_t& prefix, uint32_t& k_rem) {
+                              uint32_t nseg, uint32_t& prefix, uint32_t& k_rem, uint32_t* gt_before = nullptr,
+                              uint32_t* eq_before = nullptr) {
   constexpr int kShift = digit_shift(PASS);
   constexpr uint32_t kMask = (1u << digit_bits(PASS)) - 1;
   constexpr int kDigitBins = 1 << digit_bits(PASS);
@@ -745,63 +746,37 @@ __device__ void resident_pass(SharedStorage& s, const SplitView& w, const uint32
   if constexpr (PASS == 2) write_suffix<kDigitBins>(s, w.suffix + size_t(seg) * kSegmentSuffixWords);
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) s.last = atomicAdd(&w.state->arrived[PASS], 1u) == nseg - 1;
-  __syncthreads();
-  if (s.last) {
-    __threadfence();
-    const uint32_t* row_hist = w.hist + PASS * kBins;
-    find_digit(s, kDigitBins, k_rem, [&](int b) { return __ldcg(row_hist + b); });
-    const uint32_t T = (prefix << digit_bits(PASS)) | s.digit, rem = s.k_rem;
-    if (threadIdx.x == 0) {
-      w.state->prefix = T;
-      w.state->k_rem = rem;
-      if (PASS == 2) {
-        w.state->threshold = T;
-        w.state->need = rem;
-        w.state->count = selected_count(k_eff, T, rem);
-      }
-    }
-    if constexpr (PASS == 2) {
-      // As topk_split_pass: each segment's entries above T and equal to it in the segments before it.
-      unsigned long long carry = 0;
-      for (uint32_t first = 0; first < nseg; first += kThreads) {
-        const uint32_t sg = first + threadIdx.x;
-        unsigned long long packed = 0;
-        if (sg < nseg) {
-          const uint32_t* sf = w.suffix + size_t(sg) * kSegmentSuffixWords;
-          const uint32_t ge = __ldcg(sf + s.digit), gt = __ldcg(sf + s.digit + 1);
-          packed = (static_cast<unsigned long long>(gt) << 32) | (ge - gt);
-        }
-        unsigned long long excl, total;
-        BlockScanU64(s.temp.scan64).ExclusiveSum(packed, excl, total);
-        excl += carry;
-        if (sg < nseg) {
-          w.offsets[size_t(sg) * kSegmentOffsetWords] = static_cast<uint32_t>(excl >> 32);
-          w.offsets[size_t(sg) * kSegmentOffsetWords + 1] = static_cast<uint32_t>(excl);
-        }
-        carry += total;
-        __syncthreads();
-      }
-    }
-    __syncthreads();  // every write of the decision before the release
-    if (threadIdx.x == 0) {
-      __threadfence();
-      publish_release(&w.state->published, PASS + 1);
-    }
-  } else if (threadIdx.x == 0) {
-    while (load_acquire(&w.state->published) < PASS + 1) __nanosleep(64);
-  }
   if (threadIdx.x == 0) {
-    s.digit = __ldcg(&w.state->prefix);
-    s.k_rem = __ldcg(&w.state->k_rem);
+    atomicAdd(&w.state->arrived[PASS], 1u);
+    while (load_acquire(&w.state->arrived[PASS]) < nseg) __nanosleep(32);
   }
   __syncthreads();
-  prefix = s.digit;
+  const uint32_t* row_hist = w.hist + PASS * kBins;
+  find_digit(s, kDigitBins, k_rem, [&](int b) { return __ldcg(row_hist + b); });
+  const uint32_t digit = s.digit;
+  prefix = (prefix << digit_bits(PASS)) | digit;
   k_rem = s.k_rem;
+  if constexpr (PASS == 2) {
+    // The segments before this one: entries above the digit = suffix[digit + 1], with it =
+    // suffix[digit] - suffix[digit + 1] (write_suffix), summed packed (above << 32 | with).
+    unsigned long long packed = 0;
+    for (uint32_t sg = threadIdx.x; sg < static_cast<uint32_t>(seg); sg += kThreads) {
+      const uint32_t* sf = w.suffix + size_t(sg) * kSegmentSuffixWords;
+      const uint32_t ge = __ldcg(sf + digit), gt = __ldcg(sf + digit + 1);
+      packed += (static_cast<unsigned long long>(gt) << 32) | (ge - gt);
+    }
+    __syncthreads();  // find_digit's scan storage becomes this sum's
+    unsigned long long excl, total;
+    BlockScanU64(s.temp.scan64).ExclusiveSum(packed, excl, total);
+    if (threadIdx.x == 0) s.cursor[0] = static_cast<uint32_t>(total >> 32), s.cursor[1] = static_cast<uint32_t>(total);
+    __syncthreads();
+    *gt_before = s.cursor[0];
+    *eq_before = s.cursor[1];
+  }
   __syncthreads();  // before the next pass reuses s
 }
 
-// The segment's selected entries in column order at the offsets pass 2 published (compact_range
+// The segment's selected entries in column order at the offsets pass 2 gave (compact_range
 // over the keys in registers: the block's entries of round u come before those of round u + 1).
 __device__ void resident_compact(SharedStorage& s, const TopkArgs& a, const TopkOutputs& o, int row, int64_t begin,
                                  const uint32_t (&key)[kUnroll][kVec], int n, uint32_t T, uint32_t need,
@@ -857,13 +832,12 @@ __global__ void __launch_bounds__(kThreads, kTopkResidentCtasPerSm)
   const SplitView w = split_view(ws, a.rows, segments, 0, row);
   uint32_t key[kUnroll][kVec];
   load_resident(a.values + int64_t(row) * a.stride + begin, n, rows_are_vector_aligned(a), key);
-  uint32_t prefix = 0, k_rem = k_eff;
-  resident_pass<0>(s, w, key, n, seg, nseg, k_eff, prefix, k_rem);
-  resident_pass<1>(s, w, key, n, seg, nseg, k_eff, prefix, k_rem);
-  resident_pass<2>(s, w, key, n, seg, nseg, k_eff, prefix, k_rem);
+  uint32_t prefix = 0, k_rem = k_eff, gt_before = 0, eq_before = 0;
+  resident_pass<0>(s, w, key, n, seg, nseg, prefix, k_rem);
+  resident_pass<1>(s, w, key, n, seg, nseg, prefix, k_rem);
+  resident_pass<2>(s, w, key, n, seg, nseg, prefix, k_rem, &gt_before, &eq_before);
   const uint32_t T = prefix, need = k_rem;
-  resident_compact(s, a, o, row, begin, key, n, T, need, __ldcg(&w.offsets[size_t(seg) * kSegmentOffsetWords]),
-                   __ldcg(&w.offsets[size_t(seg) * kSegmentOffsetWords + 1]), error_count);
+  resident_compact(s, a, o, row, begin, key, n, T, need, gt_before, eq_before, error_count);
   if (seg == 0) write_padding(a, o, row, selected_count(k_eff, T, need));
 }
 

@@ -49,7 +49,6 @@ struct RowState {
   uint32_t stage;             // kStage*
   uint32_t sure;              // sure entries the filter wrote
   uint32_t candidates;        // candidates the filter wrote
-  uint32_t published;         // resident_rows: the passes whose digit the row's deciding CTA has published
 };
 inline constexpr size_t kRowWords = size_t(kPasses) * kBins + 16;
 static_assert(sizeof(RowState) <= 16 * sizeof(uint32_t));
