@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "device/cuda_check.h"
+#include "device/dependent_launch.cuh"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
 #include "ops/sparse_mla/decode/common/launchers.h"
 #include "ops/sparse_mla/mma_sm80.cuh"
@@ -15,6 +16,9 @@ namespace nvfp4mla::cuda {
 namespace {
 
 // Combine the splits of one (row, head): weights 2^(lse_s - max), output = weighted mean.
+// Launched as a programmatic dependent of the decode kernel (dependent_launch.cuh): its CTAs can
+// be resident before the decode grid completes (few-row, many-split decodes leave SMs idle) and
+// wait for the partials at wait_for_primary_grid.
 constexpr int kMergeThreads = kLatentDim / 4;
 __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float* __restrict__ part_out,
                                                                      const float* __restrict__ part_lse, int splits,
@@ -24,6 +28,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float
   __shared__ float s_max, s_sum;
   const int64_t rh = blockIdx.x;
   const float* pl = part_lse + rh * splits;
+  wait_for_primary_grid();
   if (threadIdx.x < 32) {
     float m = -INFINITY;
     for (int s = threadIdx.x; s < splits; s += 32) m = fmaxf(m, pl[s]);
@@ -42,12 +47,23 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float
   }
   __syncthreads();
   const float inv = s_sum > 0.0f ? 1.0f / s_sum : 0.0f;
+  // The splits' partials are read kMergeBatch at a time, all loads issued before any is used (one
+  // dependent L2 round trip per split made the merge latency-bound). A split of weight 0 is
+  // skipped after its load: empty splits never wrote their partials, which may hold anything.
+  constexpr int kMergeBatch = 8;
+  const float4* po = reinterpret_cast<const float4*>(part_out + rh * splits * kLatentDim) + threadIdx.x;
   float4 acc = make_float4(0, 0, 0, 0);
-  for (int s = 0; s < splits; ++s) {
-    const float w = weights[s];
-    if (w == 0.0f) continue;  // also skips never-written partials of empty splits
-    const float4 v = reinterpret_cast<const float4*>(part_out + (rh * splits + s) * kLatentDim)[threadIdx.x];
-    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+  for (int first = 0; first < splits; first += kMergeBatch) {
+    float4 v[kMergeBatch];
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u)
+      if (first + u < splits) v[u] = __ldcg(po + (first + u) * (kLatentDim / 4));
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      const float w = first + u < splits ? weights[first + u] : 0.0f;
+      if (w == 0.0f) continue;
+      acc.x += w * v[u].x; acc.y += w * v[u].y; acc.z += w * v[u].z; acc.w += w * v[u].w;
+    }
   }
   uint2 packed;
   packed.x = ptx::pack_bf16x2(acc.x * inv, acc.y * inv);
@@ -62,10 +78,11 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float
 }  // namespace
 
 void launch_merge_splits(const DecodeParams& p, int rows, cudaStream_t stream) {
+  // Decided once per process (one GPU model per process, as the decode kernels' opt-ins assume).
+  static const bool dependent = waits_for_primary_grid(merge_splits_kernel);
   const int64_t n = static_cast<int64_t>(rows) * p.heads;
-  merge_splits_kernel<<<static_cast<unsigned>(n), kMergeThreads, p.splits * sizeof(float), stream>>>(
-      p.part_out, p.part_lse, p.splits, p.lse_base2, p.out, p.lse);
-  check_launch("split merge kernel launch");
+  launch_kernel(merge_splits_kernel, dim3(static_cast<unsigned>(n)), dim3(kMergeThreads), p.splits * sizeof(float), stream,
+                dependent, "split merge kernel launch", p.part_out, p.part_lse, p.splits, p.lse_base2, p.out, p.lse);
 }
 
 }  // namespace nvfp4mla::cuda
