@@ -320,7 +320,7 @@ TEST_P(GpuSparseDecode, FewRowsManySplitsEagerAndGraphReplay) {
       cudaStream_t stream;
       cudaGraph_t graph;
       cudaGraphExec_t exec;
-      CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      CUDA_OK(cudaStreamCreate(&stream));  // ordered after the poisoning memsets
       CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
       d.launch(stream);
       CUDA_OK(cudaStreamEndCapture(stream, &graph));
