@@ -18,7 +18,8 @@ namespace {
 // Combine the splits of one (row, head): weights 2^(lse_s - max), output = weighted mean.
 // Launched as a programmatic dependent of the decode kernel (dependent_launch.cuh): its CTAs can
 // be resident before the decode grid completes (few-row, many-split decodes leave SMs idle) and
-// wait for the partials at wait_for_primary_grid.
+// wait for the partials at wait_for_primary_grid. The partials are read through L2 (__ldcg), never
+// the non-coherent path: the decode grid writes them while this grid is already resident.
 constexpr int kMergeThreads = kLatentDim / 4;
 __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float* __restrict__ part_out,
                                                                      const float* __restrict__ part_lse, int splits,
@@ -31,11 +32,11 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float
   wait_for_primary_grid();
   if (threadIdx.x < 32) {
     float m = -INFINITY;
-    for (int s = threadIdx.x; s < splits; s += 32) m = fmaxf(m, pl[s]);
+    for (int s = threadIdx.x; s < splits; s += 32) m = fmaxf(m, __ldcg(pl + s));
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
     float sum = 0.0f;
     for (int s = threadIdx.x; s < splits; s += 32) {
-      const float w = m == -INFINITY ? 0.0f : exp2f(pl[s] - m);
+      const float w = m == -INFINITY ? 0.0f : exp2f(__ldcg(pl + s) - m);
       weights[s] = w;
       sum += w;
     }
