@@ -29,36 +29,45 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float
   __shared__ float s_max, s_sum;
   const int64_t rh = blockIdx.x;
   const float* pl = part_lse + rh * splits;
+  // The splits' partials are read kMergeBatch at a time, all loads issued before any is used (one
+  // dependent L2 round trip per split made the merge latency-bound); the first batch is in flight
+  // while the weights are worked out. A split of weight 0 is skipped after its load: empty splits
+  // never wrote their partials, which may hold anything.
+  constexpr int kMergeBatch = 8;
+  const float4* po = reinterpret_cast<const float4*>(part_out + rh * splits * kLatentDim) + threadIdx.x;
+  float4 v[kMergeBatch];
+  auto load_batch = [&](int first) {
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u)
+      if (first + u < splits) v[u] = __ldcg(po + (first + u) * (kLatentDim / 4));
+  };
   wait_for_primary_grid();
+  load_batch(0);
   if (threadIdx.x < 32) {
+    // A lane's first split's LSE is loaded once (the weights loop reads it again).
+    const int lane = threadIdx.x;
+    const float first_lse = lane < splits ? __ldcg(pl + lane) : -INFINITY;
+    auto lse_of = [&](int s) { return s == lane ? first_lse : __ldcg(pl + s); };
     float m = -INFINITY;
-    for (int s = threadIdx.x; s < splits; s += 32) m = fmaxf(m, __ldcg(pl + s));
+    for (int s = lane; s < splits; s += 32) m = fmaxf(m, lse_of(s));
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
     float sum = 0.0f;
-    for (int s = threadIdx.x; s < splits; s += 32) {
-      const float w = m == -INFINITY ? 0.0f : exp2f(__ldcg(pl + s) - m);
+    for (int s = lane; s < splits; s += 32) {
+      const float w = m == -INFINITY ? 0.0f : exp2f(lse_of(s) - m);
       weights[s] = w;
       sum += w;
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-    if (threadIdx.x == 0) {
+    if (lane == 0) {
       s_max = m;
       s_sum = sum;
     }
   }
   __syncthreads();
   const float inv = s_sum > 0.0f ? 1.0f / s_sum : 0.0f;
-  // The splits' partials are read kMergeBatch at a time, all loads issued before any is used (one
-  // dependent L2 round trip per split made the merge latency-bound). A split of weight 0 is
-  // skipped after its load: empty splits never wrote their partials, which may hold anything.
-  constexpr int kMergeBatch = 8;
-  const float4* po = reinterpret_cast<const float4*>(part_out + rh * splits * kLatentDim) + threadIdx.x;
   float4 acc = make_float4(0, 0, 0, 0);
   for (int first = 0; first < splits; first += kMergeBatch) {
-    float4 v[kMergeBatch];
-#pragma unroll
-    for (int u = 0; u < kMergeBatch; ++u)
-      if (first + u < splits) v[u] = __ldcg(po + (first + u) * (kLatentDim / 4));
+    if (first > 0) load_batch(first);
 #pragma unroll
     for (int u = 0; u < kMergeBatch; ++u) {
       const float w = first + u < splits ? weights[first + u] : 0.0f;
