@@ -217,8 +217,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     cluster::mbarrier_init(p_empty_bar, 128);  // every thread of the output warpgroup
     cluster::fence_mbarrier_init();
   }
-  if constexpr (kPair) cluster::sync();  // the peer's barriers exist before anything arrives on them
+  // The peer's barriers exist before anything arrives on them, and this CTA's before anyone waits:
+  // a pair's CTAs arrive here and wait where each role first needs them (setup_wait), so the
+  // producers' first index and record loads overlap the cluster barrier.
+  if constexpr (kPair) cluster::arrive();
   else __syncthreads();
+  auto setup_wait = [] {
+    if constexpr (kPair) cluster::wait_arrivals();
+  };
 
   // The role must be visibly warp-uniform for ptxas to compile each branch under its
   // setmaxnreg budget (the consumers' 128 accumulators do not fit the 128-register entry cap).
@@ -279,6 +285,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       int32_t idx_next = load_index(1);
       Slice cur, next;
       bool valid_next = load_slice(0, load_index(0), cur);
+      setup_wait();
       auto step = [&](int i, Slice& x, Slice& x_next) {
         const int b = i % kWsKBufs;
         const bool valid = valid_next;
@@ -326,6 +333,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       if (copies_indices)
         for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) issue_index_copy<kTile>(p, row, len, t, idx_of(t), ptid);
       ptx::cp_async_commit();
+      setup_wait();
       ptx::cp_async_wait_group<0>();
       ptx::named_barrier_sync(kBarProducer, kWsProducers);
       auto issue_group = [&](int u) {
@@ -377,6 +385,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
   } else {
   // ---- consumer warpgroups ----
+  setup_wait();
   // Q landed (each thread's own copies, then every consumer's) and is visible to the tensor cores.
   ptx::cp_async_wait_all();
   wgmma::fence_proxy_async_smem();
