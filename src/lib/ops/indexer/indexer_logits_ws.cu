@@ -1,0 +1,7 @@
+// The warp-specialized indexer logits kernels (ragged form, sm_90a) for heads padded to 64 (33..64 heads).
+#define NVFP4MLA_INDEXER_WS_INSTANTIATE
+#include "ops/indexer/indexer_logits_ws.cuh"
+
+namespace nvfp4mla::cuda::indexer_kernels {
+template void launch_ws<64>(const Params&, const CUtensorMap&, dim3, cudaStream_t);
+}  // namespace nvfp4mla::cuda::indexer_kernels
