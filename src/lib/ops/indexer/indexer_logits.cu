@@ -103,19 +103,19 @@ ik::Mma pick_mma(IndexerMma requested, const char* op) {
 
 int padded_heads(int heads) { return heads <= 16 ? 16 : heads <= 32 ? 32 : 64; }
 
-// Columns per block: enough blocks for several waves (short rows cost little: a block whose
+// Columns per block: at least `waves` waves of blocks (short rows cost little: a block whose
 // rows end before its chunk only writes -inf), chunks of at least 1024 columns, in whole key
 // tiles (`unit` keys) of the kernel.
-int64_t chunk_columns(int64_t qblocks, int64_t stride, int blocks_per_sm, int unit) {
+int64_t chunk_columns(int64_t qblocks, int64_t stride, int blocks_per_sm, int waves, int unit) {
   const int64_t resident = int64_t(current_sm_count()) * blocks_per_sm;
   const int64_t max_chunks = std::min<int64_t>(65535, std::max<int64_t>(1, (stride + 1023) / 1024));
-  const int64_t chunks = std::clamp<int64_t>((8 * resident + qblocks - 1) / qblocks, 1, max_chunks);
+  const int64_t chunks = std::clamp<int64_t>((waves * resident + qblocks - 1) / qblocks, 1, max_chunks);
   const int64_t per = (stride + chunks - 1) / chunks;
   return (per + unit - 1) / unit * unit;
 }
-// The two-warpgroup kernel: one block per SM with 256 columns or mma.sync, else two.
+// The two-warpgroup kernel: one block per SM with 256 columns or mma.sync, else two; 8 waves.
 int64_t chunk_columns(int64_t qblocks, int64_t stride, int n, ik::Mma mma) {
-  return chunk_columns(qblocks, stride, n == 256 || mma == ik::Mma::mma_sync ? 1 : 2, ik::kTileKeys);
+  return chunk_columns(qblocks, stride, n == 256 || mma == ik::Mma::mma_sync ? 1 : 2, 8, ik::kTileKeys);
 }
 
 void launch(ik::Mma mma, ik::Source source, int heads, int n, const ik::Params& p, int64_t qblocks, cudaStream_t stream) {
@@ -153,11 +153,15 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-// The key buffer as a TMA tensor map: rows of 128 bytes key_value_stride apart, boxes of
-// kWsBlockKeys rows, 128-byte swizzle (the operand layout of the MMAs), rows past num_keys read
-// as zero. False where TMA cannot map it (the caller then runs the two-warpgroup kernel).
+// Whether TMA can map the key buffer: rows of 128 bytes key_value_stride apart (16-byte aligned
+// rows are checked by the caller), strides below 2^40 bytes, at least one row.
+bool keys_mappable(const IndexerRaggedArgs& a) {
+  return a.num_keys >= 1 && a.key_value_stride >= ik::kDim && a.key_value_stride < (int64_t{1} << 40);
+}
+
+// The key buffer as a TMA tensor map: boxes of kWsBlockKeys rows, 128-byte swizzle (the operand
+// layout of the MMAs), rows past num_keys read as zero. False when the driver cannot encode it.
 bool keys_tensor_map(const IndexerRaggedArgs& a, CUtensorMap& map) {
-  if (a.num_keys < 1 || a.key_value_stride < ik::kDim || a.key_value_stride >= (int64_t{1} << 40)) return false;
   const EncodeTiled encode = encode_tiled();
   if (!encode) return false;
   const cuuint64_t dims[2] = {cuuint64_t(ik::kDim), static_cast<cuuint64_t>(a.num_keys)};
@@ -208,16 +212,23 @@ void indexer_logits(const IndexerRaggedArgs& a, unsigned long long* invalid_coun
   p.logits = a.logits;
   p.stride = a.logits_stride;
   p.invalid_count = invalid_count;
-  CUtensorMap keys_map;
-  const bool ws = engine == ik::Mma::wgmma && (mma == IndexerMma::automatic || mma == IndexerMma::wgmma_ws) &&
-                  padded_heads(a.heads) == 64 && keys_tensor_map(a, keys_map);
-  if (ws) {
-    constexpr int rows_per_block = ik::kWsQueryCols / 64;
-    const int64_t qblocks = (a.rows + rows_per_block - 1) / rows_per_block;
-    p.chunk = chunk_columns(qblocks, a.logits_stride, 1, ik::kWsBlockKeys);  // one block per SM
-    const dim3 grid(static_cast<unsigned>(qblocks), static_cast<unsigned>((p.stride + p.chunk - 1) / p.chunk));
-    ik::launch_ws<64>(p, keys_map, grid, stream);
-    return;
+  // The warp-specialized kernel where it applies; asked for explicitly, it must run (so that its
+  // tests and benchmarks cannot silently measure the other kernel).
+  const bool explicit_ws = mma == IndexerMma::wgmma_ws;
+  if (engine == ik::Mma::wgmma && (mma == IndexerMma::automatic || explicit_ws) && padded_heads(a.heads) == 64 &&
+      keys_mappable(a)) {
+    CUtensorMap keys_map;
+    if (keys_tensor_map(a, keys_map)) {
+      constexpr int rows_per_block = ik::kWsQueryCols / 64;
+      const int64_t qblocks = (a.rows + rows_per_block - 1) / rows_per_block;
+      // One block per SM; two waves at least (each block fills and drains its key ring once).
+      p.chunk = chunk_columns(qblocks, a.logits_stride, 1, 2, ik::kWsBlockKeys);
+      const dim3 grid(static_cast<unsigned>(qblocks), static_cast<unsigned>((p.stride + p.chunk - 1) / p.chunk));
+      if (ik::launch_ws<64>(p, keys_map, grid, stream)) return;
+      if (explicit_ws) fail(kOp, "the warp-specialized kernel was compiled with a register count its setmaxnreg split does not fit");
+    } else if (explicit_ws) {
+      fail(kOp, "the driver could not encode the key buffer's TMA tensor map");
+    }
   }
   constexpr int n = 256;
   const int64_t qblocks = (a.rows + n / padded_heads(a.heads) - 1) / (n / padded_heads(a.heads));

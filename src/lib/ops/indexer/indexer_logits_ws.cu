@@ -3,5 +3,5 @@
 #include "ops/indexer/indexer_logits_ws.cuh"
 
 namespace nvfp4mla::cuda::indexer_kernels {
-template void launch_ws<64>(const Params&, const CUtensorMap&, dim3, cudaStream_t);
+template bool launch_ws<64>(const Params&, const CUtensorMap&, dim3, cudaStream_t);
 }  // namespace nvfp4mla::cuda::indexer_kernels

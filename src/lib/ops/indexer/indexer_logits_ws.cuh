@@ -278,9 +278,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_logits_ws_kernel(const 
 }
 
 // Launches the kernel for heads padded to kHp (64); `keys_map` is the key buffer's tensor
-// map (2-D, UINT8, dims {128, num_keys}, box {128, kWsBlockKeys}, 128-byte swizzle).
+// map (2-D, UINT8, dims {128, num_keys}, box {128, kWsBlockKeys}, 128-byte swizzle). False,
+// launching nothing, when the compiled kernel's register count does not allow its setmaxnreg
+// split (the caller then runs the two-warpgroup kernel).
 template <int kHp>
-void launch_ws(const Params& p, const CUtensorMap& keys_map, dim3 grid, cudaStream_t stream);
+bool launch_ws(const Params& p, const CUtensorMap& keys_map, dim3 grid, cudaStream_t stream);
 
 }  // namespace nvfp4mla::cuda::indexer_kernels
 
@@ -292,15 +294,23 @@ void launch_ws(const Params& p, const CUtensorMap& keys_map, dim3 grid, cudaStre
 namespace nvfp4mla::cuda::indexer_kernels {
 
 template <int kHp>
-void launch_ws(const Params& p, const CUtensorMap& keys_map, dim3 grid, cudaStream_t stream) {
+bool launch_ws(const Params& p, const CUtensorMap& keys_map, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = WsLayout<kHp>::bytes;
+  static bool usable = false;
   static std::once_flag once;
   std::call_once(once, [] {
     check(cudaFuncSetAttribute(indexer_logits_ws_kernel<kHp>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
           "indexer logits (warp-specialized): shared memory attribute");
+    // setmaxnreg.inc waits for registers that the epilogue's dec must have freed: launched with
+    // fewer than kWsLaunchRegs each, the math warpgroups would wait forever.
+    cudaFuncAttributes attr{};
+    check(cudaFuncGetAttributes(&attr, indexer_logits_ws_kernel<kHp>), "indexer logits (warp-specialized): attributes");
+    usable = attr.numRegs == kWsLaunchRegs;
   });
+  if (!usable) return false;
   indexer_logits_ws_kernel<kHp><<<grid, kWsThreads, bytes, stream>>>(p, keys_map);
   check_launch("indexer logits (warp-specialized) kernel launch");
+  return true;
 }
 
 }  // namespace nvfp4mla::cuda::indexer_kernels
