@@ -335,7 +335,7 @@ void add_bench_command(CLI::App& app) {
   auto ix = std::make_shared<IndexerBenchFlags>();
   idx->add_option("--heads", ix->heads, "index heads per row (default 64)")->check(CLI::Range(1, 64));
   idx->add_option("--mma", ix->mma,
-                  "kernel: auto, wgmma (two warpgroups), wgmma.ws (warp-specialized: prefill with 33..64 heads; "
+                  "kernel: auto, wgmma (two warpgroups), wgmma.ws (warp-specialized: prefill with 17..64 heads; "
                   "otherwise as wgmma), mma.sync or all")
       ->check(CLI::IsMember({"auto", "wgmma", "wgmma.ws", "mma.sync", "all"}));
   idx->add_flag("--fused", ix->fused,

@@ -1,6 +1,6 @@
 // GPU indexer logits against the CPU references, for every kernel choice (wgmma: the
 // two-warpgroup kernel on sm_90; wgmma_ws: the warp-specialized one for the ragged form with
-// 33..64 heads, the two-warpgroup one elsewhere; mma.sync m16n8k32 E4M3 on sm_89+):
+// 17..64 heads, the two-warpgroup one elsewhere; mma.sync m16n8k32 E4M3 on sm_89+):
 //   - small-integer data (every logit exact in fp32): bit for bit, -inf tails included;
 //   - random data: within the tolerance of docs/SELECTION.md, |gpu - cpu| <= 2^-5 A with
 //     A = s_t sum_h |w_h| sum_i |q_hi k_ti| (FP8 tensor cores add with ~13-bit truncation);
@@ -245,14 +245,16 @@ TEST_P(IndexLogitsGpu, RaggedRandomWithinBound) {
 }
 
 TEST_P(IndexLogitsGpu, RaggedBlockBoundariesExact) {
-  // The warp-specialized kernel's edges (4 rows x 128 keys per block, chunks of whole blocks):
+  // The warp-specialized kernel's edges (256 query columns x 128 keys per block, chunks of whole
+  // blocks):
   // row counts not a multiple of 4, a single row, key counts not a multiple of 128 (down to one
   // key), ranges that start and end inside a block, empty rows between full ones, rows of one
-  // block far apart in the buffer. 64 and 40 heads (both padded to 64) and 24 (the other kernel).
+  // block far apart in the buffer. 64 and 40 heads (padded to 64), 24 (padded to 32: 8 rows a
+  // block), 16 (the two-warpgroup kernel).
   struct Shape {
     int64_t rows, keys, stride;
   };
-  for (int heads : {64, 40, 24}) {
+  for (int heads : {64, 40, 24, 16}) {
     for (const Shape& sh : {Shape{1, 1, 1}, Shape{1, 1, 5}, Shape{1, 300, 300}, Shape{3, 129, 129}, Shape{6, 1000, 333},
                             Shape{9, 4099, 2100}, Shape{13, 257, 257}}) {
       SCOPED_TRACE(::testing::Message() << "heads " << heads << " rows " << sh.rows << " keys " << sh.keys << " stride "
@@ -288,7 +290,7 @@ TEST_P(IndexLogitsGpu, RaggedBlockBoundariesExact) {
 
 TEST_P(IndexLogitsGpu, RaggedStridedKeysExact) {
   // Keys 256 bytes and scales 3 floats apart (NaN bytes and scales in between, never read).
-  for (int heads : {64, 33}) {
+  for (int heads : {64, 33, 20}) {
     SCOPED_TRACE(heads);
     auto p = causal_problem(heads, 2, 30, 900, 950 + heads, Values::small_integers);
     const auto g = run_gpu(p, GetParam(), nullptr, 256, 3);
@@ -300,11 +302,14 @@ TEST_P(IndexLogitsGpu, RaggedStridedKeysExact) {
 
 TEST_P(IndexLogitsGpu, RaggedLongRowsWithinBound) {
   // Many key blocks and several chunks per row, rows of two sequences in one query block.
-  auto p = causal_problem(64, 2, 10, 20000, 977, Values::random);
-  const auto g = run_gpu(p, GetParam());
-  EXPECT_EQ(g.invalid, 0u);
-  indexer_logits_reference(p.args());
-  expect_within_bound(g.logits, p.out, bounds(p), p.stride);
+  for (int heads : {64, 32}) {
+    SCOPED_TRACE(heads);
+    auto p = causal_problem(heads, 2, 10, 20000, 977 + heads, Values::random);
+    const auto g = run_gpu(p, GetParam());
+    EXPECT_EQ(g.invalid, 0u);
+    indexer_logits_reference(p.args());
+    expect_within_bound(g.logits, p.out, bounds(p), p.stride);
+  }
 }
 
 TEST_P(IndexLogitsGpu, RaggedPerTokenRecordsAreRejected) {
@@ -492,42 +497,45 @@ TEST_P(IndexLogitsGpu, GraphReplayMatchesDirectCall) {
 }
 
 TEST_P(IndexLogitsGpu, RaggedGraphReplayMatchesDirectCall) {
-  // The ragged form (the warp-specialized kernel with 64 heads): ranges changed on the device
-  // between capture and replay.
-  auto p = causal_problem(64, 2, 9, 1500, 83, Values::small_integers);
-  auto q = upload(p.q);
-  auto w = upload(p.w);
-  auto kv = upload(p.key_values);
-  auto ks = upload(p.key_scales);
-  auto st = upload(p.starts);
-  auto en = upload(p.ends);
-  DeviceBuffer<float> out(p.rows * p.stride);
-  DeviceBuffer<unsigned long long> invalid(1);
-  IndexerRaggedArgs a = p.args();
-  a.q = q.get(), a.weights = w.get(), a.key_values = kv.get(), a.key_scales = ks.get();
-  a.row_starts = st.get(), a.row_ends = en.get(), a.logits = out.get();
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cuda::indexer_logits(a, invalid.get(), s, GetParam());  // first call outside capture (one-time setup)
-  CUDA_OK(cudaStreamSynchronize(s));
-  out.fill_bytes(kPoisonByte);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  cuda::indexer_logits(a, invalid.get(), s, GetParam());
-  CUDA_OK(cudaStreamEndCapture(s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  EXPECT_TRUE(untouched(out.download()));  // capturing ran nothing
-  for (int64_t r = 0; r < p.rows; ++r) p.ends[r] = std::max(p.starts[r], p.ends[r] - static_cast<int32_t>(r * 37 % 300));
-  en.upload(p.ends);
-  CUDA_OK(cudaGraphLaunch(exec, s));
-  CUDA_OK(cudaStreamSynchronize(s));
-  EXPECT_EQ(invalid.download()[0], 0u);
-  indexer_logits_reference(p.args());
-  expect_bitwise(out.download(), p.out, p.stride);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
+  // The ragged form (the warp-specialized kernel with 64 and 32 heads): ranges changed on the
+  // device between capture and replay.
+  for (int heads : {64, 24}) {
+    SCOPED_TRACE(heads);
+    auto p = causal_problem(heads, 2, 9, 1500, 83 + heads, Values::small_integers);
+    auto q = upload(p.q);
+    auto w = upload(p.w);
+    auto kv = upload(p.key_values);
+    auto ks = upload(p.key_scales);
+    auto st = upload(p.starts);
+    auto en = upload(p.ends);
+    DeviceBuffer<float> out(p.rows * p.stride);
+    DeviceBuffer<unsigned long long> invalid(1);
+    IndexerRaggedArgs a = p.args();
+    a.q = q.get(), a.weights = w.get(), a.key_values = kv.get(), a.key_scales = ks.get();
+    a.row_starts = st.get(), a.row_ends = en.get(), a.logits = out.get();
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cuda::indexer_logits(a, invalid.get(), s, GetParam());  // first call outside capture (one-time setup)
+    CUDA_OK(cudaStreamSynchronize(s));
+    out.fill_bytes(kPoisonByte);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cuda::indexer_logits(a, invalid.get(), s, GetParam());
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    EXPECT_TRUE(untouched(out.download()));  // capturing ran nothing
+    for (int64_t r = 0; r < p.rows; ++r) p.ends[r] = std::max(p.starts[r], p.ends[r] - static_cast<int32_t>(r * 37 % 300));
+    en.upload(p.ends);
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    EXPECT_EQ(invalid.download()[0], 0u);
+    indexer_logits_reference(p.args());
+    expect_bitwise(out.download(), p.out, p.stride);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Mma, IndexLogitsGpu,

@@ -215,23 +215,23 @@ void indexer_logits(const IndexerRaggedArgs& a, unsigned long long* invalid_coun
   // The warp-specialized kernel where it applies; asked for explicitly, it must run (so that its
   // tests and benchmarks cannot silently measure the other kernel).
   const bool explicit_ws = mma == IndexerMma::wgmma_ws;
-  if (engine == ik::Mma::wgmma && (mma == IndexerMma::automatic || explicit_ws) && padded_heads(a.heads) == 64 &&
-      keys_mappable(a)) {
+  const int hp = padded_heads(a.heads);
+  if (engine == ik::Mma::wgmma && (mma == IndexerMma::automatic || explicit_ws) && hp >= 32 && keys_mappable(a)) {
     CUtensorMap keys_map;
     if (keys_tensor_map(a, keys_map)) {
-      constexpr int rows_per_block = ik::kWsQueryCols / 64;
+      const int rows_per_block = ik::kWsQueryCols / hp;
       const int64_t qblocks = (a.rows + rows_per_block - 1) / rows_per_block;
       // One block per SM; two waves at least (each block fills and drains its key ring once).
       p.chunk = chunk_columns(qblocks, a.logits_stride, 1, 2, ik::kWsBlockKeys);
       const dim3 grid(static_cast<unsigned>(qblocks), static_cast<unsigned>((p.stride + p.chunk - 1) / p.chunk));
-      if (ik::launch_ws<64>(p, keys_map, grid, stream)) return;
+      if (hp == 64 ? ik::launch_ws<64>(p, keys_map, grid, stream) : ik::launch_ws<32>(p, keys_map, grid, stream)) return;
       if (explicit_ws) fail(kOp, "the warp-specialized kernel was compiled with a register count its setmaxnreg split does not fit");
     } else if (explicit_ws) {
       fail(kOp, "the driver could not encode the key buffer's TMA tensor map");
     }
   }
   constexpr int n = 256;
-  const int64_t qblocks = (a.rows + n / padded_heads(a.heads) - 1) / (n / padded_heads(a.heads));
+  const int64_t qblocks = (a.rows + n / hp - 1) / (n / hp);
   p.chunk = chunk_columns(qblocks, a.logits_stride, n, engine);
   launch(engine, ik::Source::contiguous, a.heads, n, p, qblocks, stream);
 }

@@ -8,7 +8,7 @@
 //   - kWsMathGroups math warpgroups: warpgroup g multiplies key slice g % kWsKeySlices (64 keys)
 //     of the block by column group g / kWsKeySlices (128 query columns = 128 / kHp rows) as two
 //     64-column wgmmas, summing w * max(d, 0) over the first half's columns while the second
-//     runs; its weights stay in registers for the whole query block. It stores per (key, row)
+//     runs; with 64 heads its weights stay in registers for the whole query block. It stores per (key, row)
 //     the partial sums of its 16 columns (one per quad lane) to an epilogue buffer, without
 //     shuffles, and frees the key stage once its MMAs are done;
 //   - an epilogue warpgroup: adds the four partials of each (key, row), multiplies by the key's
@@ -44,9 +44,8 @@ inline constexpr int kWsKeyStages = 6;
 inline constexpr int kWsEpilogueStages = 3;
 // Registers: 65536 / kWsThreads rounds down to 96 per thread at launch; the epilogue
 // warpgroup's release pays for the math warpgroups' increase. 104 holds a math thread's 64
-// accumulators and 32 weights without spills (ptxas -v) with 64 heads; the epilogue spills at 32
-// (hence 104, not 112). With 32 heads (twice the partial sums) the math warpgroups spill at
-// either split, so only kHp = 64 is instantiated.
+// accumulators and (64 heads) 32 weights without spills (ptxas -v); the epilogue spills at 32,
+// hence 104 / 64 rather than 112 / 32.
 inline constexpr int kWsLaunchRegs = 96, kWsMathRegs = 104, kWsEpilogueRegs = 64;
 static_assert(kWsThreads * kWsLaunchRegs <= 65536 && kWsThreads * (kWsLaunchRegs + 8) > 65536);
 static_assert(kWsMathThreads * (kWsMathRegs - kWsLaunchRegs) <= kWsEpilogueThreads * (kWsLaunchRegs - kWsEpilogueRegs));
@@ -58,13 +57,17 @@ struct WsLayout {
   static constexpr int kGroupRows = 128 / kHp;          // rows of one column group
   static constexpr int kValues = 2 * kGroupRows;        // a math thread's partial sums per block: (row, key pair)
   static constexpr int kPlanes = kValues / 4;           // float4 planes of the epilogue buffer
+  // A math thread keeps its 32 weights in registers with 64 heads; with 32 heads (twice the
+  // partial sums) that spills, so it reads them from shared memory per tile (4 x 16 bytes a half).
+  static constexpr bool kWeightsInRegisters = kHp == 64;
   static constexpr int q_off = 0;                       // kWsQueryCols x 128 bytes
   static constexpr int key_stage_bytes = kWsBlockKeys * kDim;
   static constexpr int keys_off = q_off + kWsQueryCols * kDim;
   static constexpr int plane_bytes = kWsMathThreads * 16;
   static constexpr int epi_stage_bytes = kPlanes * plane_bytes;
   static constexpr int epi_off = keys_off + kWsKeyStages * key_stage_bytes;
-  static constexpr int rows_off = epi_off + kWsEpilogueStages * epi_stage_bytes;  // RowRange per row
+  static constexpr int w_off = epi_off + kWsEpilogueStages * epi_stage_bytes;     // weights (weight_slot order)
+  static constexpr int rows_off = w_off + kWsQueryCols * 4;                         // RowRange per row
   static constexpr int bars_off = rows_off + kRows * 16;
   static constexpr int bytes = bars_off + 8 * (kWsKeyStages + 2 * kWsEpilogueStages);
   static_assert(keys_off % kSwizzleAtomBytes == 0 && key_stage_bytes % kSwizzleAtomBytes == 0);
@@ -120,6 +123,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_logits_ws_kernel(const 
     ptx::cp_async_16_zfill(sq + core_offset(n, c), src, valid ? 16 : 0);
   }
   ptx::cp_async_commit();
+  if constexpr (!L::kWeightsInRegisters) {
+    float* sw = reinterpret_cast<float*>(smem + L::w_off);
+    for (int n = tid; n < kWsQueryCols; n += kWsThreads) {
+      const int r = n / kHp, h = n % kHp;
+      sw[weight_slot(n)] = (r < rows_here && h < p.heads) ? p.weights[(first_row + r) * p.heads + h] : 0.0f;
+    }
+  }
   if (tid == 0) {
     for (int s = 0; s < kWsKeyStages; ++s) mbarrier::init(key_full(s), 1);  // the loader's expect-tx arrival (+ the TMA bytes)
     for (int s = 0; s < kWsEpilogueStages; ++s) {
@@ -213,16 +223,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_logits_ws_kernel(const 
     NVFP4MLA_SETMAXNREG(inc, kWsMathRegs);
     const int slice = group % kWsKeySlices, cg = group / kWsKeySlices;
     // The weights of the thread's accumulator columns 128 cg + 64 half + 8 j + 2 c4 + b.
-    float wt[2][8][2];
+    constexpr bool kRegs = L::kWeightsInRegisters;
+    float wt[kRegs ? 2 : 1][8][2];
+    if constexpr (kRegs) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half)
+      for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          const int n = 128 * cg + 64 * half + 8 * j + 2 * c4 + b, r = n / kHp, h = n % kHp;
-          wt[half][j][b] = (r < rows_here && h < p.heads) ? p.weights[(first_row + r) * p.heads + h] : 0.0f;
-        }
+          for (int b = 0; b < 2; ++b) {
+            const int n = 128 * cg + 64 * half + 8 * j + 2 * c4 + b, r = n / kHp, h = n % kHp;
+            wt[half][j][b] = (r < rows_here && h < p.heads) ? p.weights[(first_row + r) * p.heads + h] : 0.0f;
+          }
+    }
+    const float* sw = reinterpret_cast<const float*>(smem + L::w_off);
     const uint8_t* q_half0 = sq + (128 * cg) * kDim;
     const uint8_t* q_half1 = q_half0 + 64 * kDim;
     float* my_slots = epi + 4 * (128 * group + ws_partial_slot(warp, g4, c4));
@@ -238,12 +252,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_logits_ws_kernel(const 
 #pragma unroll
         for (int c = 0; c < kChains; ++c) s[v][c] = 0.0f;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int v = 2 * ((8 * j) / kHp);
+      for (int jj = 0; jj < 4; ++jj) {
+        float4 w4{};  // shared-memory weights of blocks 2 jj, 2 jj + 1 (weight_slot)
+        if constexpr (!kRegs) w4 = *reinterpret_cast<const float4*>(sw + 4 * (4 * (8 * cg + 4 * half + jj) + c4));
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          s[v][b % kChains] = fmaf(wt[half][j][b], fmaxf(acc[j][b], 0.0f), s[v][b % kChains]);
-          s[v + 1][b % kChains] = fmaf(wt[half][j][b], fmaxf(acc[j][2 + b], 0.0f), s[v + 1][b % kChains]);
+        for (int hb = 0; hb < 2; ++hb) {
+          const int j = 2 * jj + hb, v = 2 * ((8 * j) / kHp);
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            const float wv = kRegs ? wt[kRegs ? half : 0][j][b] : (hb ? (b ? w4.w : w4.z) : (b ? w4.y : w4.x));
+            s[v][b % kChains] = fmaf(wv, fmaxf(acc[j][b], 0.0f), s[v][b % kChains]);
+            s[v + 1][b % kChains] = fmaf(wv, fmaxf(acc[j][2 + b], 0.0f), s[v + 1][b % kChains]);
+          }
         }
       }
 #pragma unroll
@@ -277,7 +297,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_logits_ws_kernel(const 
 #endif
 }
 
-// Launches the kernel for heads padded to kHp (64); `keys_map` is the key buffer's tensor
+// Launches the kernel for heads padded to kHp (32 or 64); `keys_map` is the key buffer's tensor
 // map (2-D, UINT8, dims {128, num_keys}, box {128, kWsBlockKeys}, 128-byte swizzle). False,
 // launching nothing, when the compiled kernel's register count does not allow its setmaxnreg
 // split (the caller then runs the two-warpgroup kernel).
