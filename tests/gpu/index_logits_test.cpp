@@ -458,6 +458,31 @@ TEST_P(IndexLogitsGpu, HostErrors) {
   expect_error(a, "logits_stride is negative", invalid.get());
 }
 
+// Calls `call(stream)` once outside capture (one-time setup), captures it in a CUDA graph
+// (capturing must write nothing to `out`), lets `change()` edit metadata on the device, and
+// replays the graph: the replay must read the new metadata there.
+template <class Call, class Change>
+void capture_change_replay(DeviceBuffer<float>& out, Call call, Change change) {
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  call(s);
+  CUDA_OK(cudaStreamSynchronize(s));
+  out.fill_bytes(kPoisonByte);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  call(s);
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  EXPECT_TRUE(untouched(out.download()));  // capturing ran nothing
+  change();
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
 TEST_P(IndexLogitsGpu, GraphReplayMatchesDirectCall) {
   auto p = paged_problem(32, 2, 64, {3000, 200, 1}, 3100, 81, Values::small_integers);
   auto q = upload(p.q);
@@ -466,38 +491,23 @@ TEST_P(IndexLogitsGpu, GraphReplayMatchesDirectCall) {
   auto table = upload(p.table);
   auto lens = upload(p.context_lens);
   DeviceBuffer<float> out(p.requests * p.next_n * p.stride);
-  out.fill_bytes(kPoisonByte);
   DeviceBuffer<unsigned long long> invalid(1);
   IndexerPagedArgs a = p.args();
   a.q = q.get(), a.weights = w.get(), a.cache = cache.get(), a.block_table = table.get();
   a.context_lens = lens.get(), a.logits = out.get();
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cuda::indexer_logits(a, invalid.get(), s, GetParam());  // first call outside capture (one-time setup)
-  CUDA_OK(cudaStreamSynchronize(s));
-  out.fill_bytes(kPoisonByte);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  cuda::indexer_logits(a, invalid.get(), s, GetParam());
-  CUDA_OK(cudaStreamEndCapture(s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  EXPECT_TRUE(untouched(out.download()));  // capturing ran nothing
-  // Change the context lengths on the device: the replay reads them there.
-  p.context_lens = {2999, 64, 0};
-  lens.upload(p.context_lens);
-  CUDA_OK(cudaGraphLaunch(exec, s));
-  CUDA_OK(cudaStreamSynchronize(s));
+  capture_change_replay(
+      out, [&](cudaStream_t s) { cuda::indexer_logits(a, invalid.get(), s, GetParam()); },
+      [&] {
+        p.context_lens = {2999, 64, 0};
+        lens.upload(p.context_lens);
+      });
   EXPECT_EQ(invalid.download()[0], 0u);
   indexer_logits_reference(p.args());
   expect_bitwise(out.download(), p.out, p.stride);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
 }
 
 TEST_P(IndexLogitsGpu, RaggedGraphReplayMatchesDirectCall) {
-  // The ragged form (the warp-specialized kernel with 64 and 32 heads): ranges changed on the
+  // The ragged form (the warp-specialized kernel with 64 and 32 heads): row ends changed on the
   // device between capture and replay.
   for (int heads : {64, 24}) {
     SCOPED_TRACE(heads);
@@ -513,28 +523,15 @@ TEST_P(IndexLogitsGpu, RaggedGraphReplayMatchesDirectCall) {
     IndexerRaggedArgs a = p.args();
     a.q = q.get(), a.weights = w.get(), a.key_values = kv.get(), a.key_scales = ks.get();
     a.row_starts = st.get(), a.row_ends = en.get(), a.logits = out.get();
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    cuda::indexer_logits(a, invalid.get(), s, GetParam());  // first call outside capture (one-time setup)
-    CUDA_OK(cudaStreamSynchronize(s));
-    out.fill_bytes(kPoisonByte);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    cuda::indexer_logits(a, invalid.get(), s, GetParam());
-    CUDA_OK(cudaStreamEndCapture(s, &graph));
-    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    EXPECT_TRUE(untouched(out.download()));  // capturing ran nothing
-    for (int64_t r = 0; r < p.rows; ++r) p.ends[r] = std::max(p.starts[r], p.ends[r] - static_cast<int32_t>(r * 37 % 300));
-    en.upload(p.ends);
-    CUDA_OK(cudaGraphLaunch(exec, s));
-    CUDA_OK(cudaStreamSynchronize(s));
+    capture_change_replay(
+        out, [&](cudaStream_t s) { cuda::indexer_logits(a, invalid.get(), s, GetParam()); },
+        [&] {
+          for (int64_t r = 0; r < p.rows; ++r) p.ends[r] = std::max(p.starts[r], p.ends[r] - static_cast<int32_t>(r * 37 % 300));
+          en.upload(p.ends);
+        });
     EXPECT_EQ(invalid.download()[0], 0u);
     indexer_logits_reference(p.args());
     expect_bitwise(out.download(), p.out, p.stride);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(s);
   }
 }
 
