@@ -225,7 +225,8 @@ void indexer_logits(const IndexerRaggedArgs& a, unsigned long long* invalid_coun
       p.chunk = chunk_columns(qblocks, a.logits_stride, 1, 2, ik::kWsBlockKeys);
       const dim3 grid(static_cast<unsigned>(qblocks), static_cast<unsigned>((p.stride + p.chunk - 1) / p.chunk));
       if (hp == 64 ? ik::launch_ws<64>(p, keys_map, grid, stream) : ik::launch_ws<32>(p, keys_map, grid, stream)) return;
-      if (explicit_ws) fail(kOp, "the warp-specialized kernel was compiled with a register count its setmaxnreg split does not fit");
+      if (explicit_ws)
+        fail(kOp, "the warp-specialized kernel was compiled with a register count its setmaxnreg split does not fit");
     } else if (explicit_ws) {
       fail(kOp, "the driver could not encode the key buffer's TMA tensor map");
     }

@@ -8,9 +8,9 @@
 //   - kWsMathGroups math warpgroups: warpgroup g multiplies key slice g % kWsKeySlices (64 keys)
 //     of the block by column group g / kWsKeySlices (128 query columns = 128 / kHp rows) as two
 //     64-column wgmmas, summing w * max(d, 0) over the first half's columns while the second
-//     runs; with 64 heads its weights stay in registers for the whole query block. It stores per (key, row)
-//     the partial sums of its 16 columns (one per quad lane) to an epilogue buffer, without
-//     shuffles, and frees the key stage once its MMAs are done;
+//     runs (with 64 heads its weights stay in registers for the whole query block). It stores
+//     per (key, row) the partial sums of its 16 columns (one per quad lane) to an epilogue
+//     buffer, without shuffles, range checks or global stores;
 //   - an epilogue warpgroup: adds the four partials of each (key, row), multiplies by the key's
 //     scale (read from global memory before the block's partials are due), checks the row's range
 //     and stores. One of its threads also loads the keys: each block of kWsBlockKeys keys by one
@@ -74,8 +74,8 @@ struct WsLayout {
   static_assert(kValues % 4 == 0 && bytes <= 227 * 1024);
 };
 
-// TMA: rows [k, k + kWsBlockKeys) of the key buffer into `dst` (1024-byte aligned), completing
-// `bytes` of the transaction count of mbarrier `bar`.
+// TMA: rows [k, k + kWsBlockKeys) of the key buffer into `dst` (1024-byte aligned); the box's
+// bytes (zero-filled rows included) complete the transaction count of mbarrier `bar`.
 __device__ __forceinline__ void tma_load_keys(uint32_t dst, const CUtensorMap* map, int32_t k, uint32_t bar) {
 #ifdef NVFP4MLA_WGMMA
   asm volatile(
@@ -88,7 +88,8 @@ __device__ __forceinline__ void tma_load_keys(uint32_t dst, const CUtensorMap* m
 // One block per SM: Q block + key ring + epilogue ring take most of the shared memory, and the
 // 640 threads all the registers.
 template <int kHp>
-__global__ void __launch_bounds__(kWsThreads, 1) indexer_logits_ws_kernel(const Params p, const __grid_constant__ CUtensorMap keys_map) {
+__global__ void __launch_bounds__(kWsThreads, 1)
+    indexer_logits_ws_kernel(const Params p, const __grid_constant__ CUtensorMap keys_map) {
 #ifdef NVFP4MLA_WGMMA
   using L = WsLayout<kHp>;
   constexpr int kRows = L::kRows, kGroupRows = L::kGroupRows, kValues = L::kValues, kPlanes = L::kPlanes;
@@ -267,7 +268,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) indexer_logits_ws_kernel(const 
         }
       }
 #pragma unroll
-      for (int v = 0; v < 2 * kHalfRows; ++v) vals[2 * kHalfRows * half + v] = kChains == 2 ? s[v][0] + s[v][kChains - 1] : s[v][0];
+      for (int v = 0; v < 2 * kHalfRows; ++v)
+        vals[2 * kHalfRows * half + v] = kChains == 2 ? s[v][0] + s[v][kChains - 1] : s[v][0];
     };
     int stage = 0, estage = 0;
     uint32_t phase = 0, ephase = 0;
