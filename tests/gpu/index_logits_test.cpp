@@ -304,7 +304,7 @@ TEST_P(IndexLogitsGpu, RaggedLongRowsWithinBound) {
   // Many key blocks and several chunks per row, rows of two sequences in one query block.
   for (int heads : {64, 32}) {
     SCOPED_TRACE(heads);
-    auto p = causal_problem(heads, 2, 10, 20000, 977 + heads, Values::random);
+    auto p = causal_problem(heads, 2, 6, 6000, 977 + heads, Values::random);
     const auto g = run_gpu(p, GetParam());
     EXPECT_EQ(g.invalid, 0u);
     indexer_logits_reference(p.args());
