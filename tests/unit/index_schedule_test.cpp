@@ -117,6 +117,53 @@ TEST(IndexSchedule, PartialSlotsAreConflictFree) {
   }
 }
 
+// The warp-specialized kernel's partial sums: every accumulator element of every math thread
+// (wgmma layout: warp w holds keys 16 w + g4 + 8 e of its warpgroup's 64-key slice, columns
+// 8 j + 2 c4 + b of each 64-column half) adds into a value of its own key and of its column's
+// row, and the epilogue reads, for every (key, row) of a block exactly once, the four slots and
+// values the four quad lanes wrote.
+template <int kHp>
+void check_ws_values() {
+  constexpr int kRows = kWsQueryCols / kHp, kValues = 2 * 128 / kHp;
+  using Cell = std::pair<int, int>;  // (key in the block, row in the query block)
+  std::map<Cell, std::set<std::pair<int, int>>> written, read;  // cell -> (warpgroup slot, value)
+  for (int g = 0; g < kWsMathGroups; ++g)
+    for (int w = 0; w < 4; ++w)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g4 = lane >> 2, c4 = lane & 3;
+        for (int half = 0; half < 2; ++half)
+          for (int j = 0; j < 8; ++j)
+            for (int b = 0; b < 2; ++b)
+              for (int e = 0; e < 2; ++e) {
+                const int column = 128 * (g / kWsKeySlices) + 64 * half + 8 * j + 2 * c4 + b;
+                const int v = ws_value_of<kHp>(half, j, e);
+                ASSERT_GE(v, 0);
+                ASSERT_LT(v, kValues);
+                ASSERT_EQ(ws_value_row<kHp>(g, v), column / kHp);
+                ASSERT_EQ(ws_value_key(g, w, g4, v), kTileKeys * (g % kWsKeySlices) + 16 * w + g4 + 8 * e);
+              }
+        for (int v = 0; v < kValues; ++v)
+          written[{ws_value_key(g, w, g4, v), ws_value_row<kHp>(g, v)}].insert({128 * g + ws_partial_slot(w, g4, c4), v});
+      }
+  for (int gtid = 0; gtid < 128; ++gtid) {
+    int g, w, q;
+    ws_epilogue_item(gtid, g, w, q);
+    for (int v = 0; v < kValues; ++v) {
+      const Cell cell{ws_value_key(g, w, q, v), ws_value_row<kHp>(g, v)};
+      ASSERT_TRUE(read.find(cell) == read.end() || read[cell].size() < 4) << "a cell finished twice";
+      for (int c = 0; c < 4; ++c) read[cell].insert({128 * g + ws_partial_slot(w, q, c), v});
+    }
+  }
+  EXPECT_EQ(written.size(), size_t(kWsBlockKeys) * kRows);
+  for (const auto& [cell, parts] : written) EXPECT_EQ(parts.size(), 4u) << "key " << cell.first << " row " << cell.second;
+  EXPECT_TRUE(read == written);
+}
+
+TEST(IndexSchedule, WarpSpecializedValuesMeetInTheEpilogue) {
+  check_ws_values<64>();
+  check_ws_values<32>();
+}
+
 TEST(IndexSchedule, GapsAreSkipped) {
   // Two rows a million keys apart: the walk visits only tiles that hold needed keys.
   RowRange rr[2] = {row_range(0, 100, 0, 4096, 0, 4096), row_range(1000000, 100, 0, 4096, 1, 4096)};

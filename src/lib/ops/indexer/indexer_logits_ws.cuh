@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     indexer_logits_ws_kernel(const Params p, const __grid_constant__ CUtensorMap keys_map) {
 #ifdef NVFP4MLA_WGMMA
   using L = WsLayout<kHp>;
-  constexpr int kRows = L::kRows, kGroupRows = L::kGroupRows, kValues = L::kValues, kPlanes = L::kPlanes;
+  constexpr int kRows = L::kRows, kValues = L::kValues, kPlanes = L::kPlanes;
   if (*p.invalid_count != 0) return;  // bad metadata: write nothing
   extern __shared__ __align__(1024) uint8_t smem[];  // swizzle atoms (and TMA's 128-byte swizzle) are 1024-byte aligned
   uint8_t* sq = smem + L::q_off;
@@ -168,11 +168,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         tma_load_keys(ptx::smem_addr(keys + s * L::key_stage_bytes), &keys_map, load_k, key_full(s));
       }
     }
-    // Thread gtid finishes quad q of warp w of math warpgroup mg: keys kt(e) = 64 slice + 16 w +
-    // q + 8 e of each block, rows cg kGroupRows + r of the query block.
-    const int mg = gtid >> 5, w = (gtid >> 3) & 3, q = gtid & 7;
-    const int slice = mg % kWsKeySlices, cg = mg / kWsKeySlices;
-    const int kt0 = kTileKeys * slice + 16 * w + q;
+    // Thread gtid finishes quad q of warp w of math warpgroup mg: two keys (value parity e) of
+    // each block, kGroupRows rows of the query block (indexer_schedule.h, ws_value_*).
+    int mg, w, q;
+    ws_epilogue_item(gtid, mg, w, q);
     const float* partials = epi + 4 * 128 * mg;
     int stage = 0, kstage = 0;
     uint32_t phase = 0;
@@ -180,7 +179,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       float scale[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int kt = kt0 + 8 * e;
+        const int kt = ws_value_key(mg, w, q, e);
         scale[e] = kt < span.hi - k ? p.key_scales[(int64_t(k) + kt) * p.key_scale_stride] : 0.0f;
       }
       mbarrier::wait(epi_full(stage), phase);
@@ -190,7 +189,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         tma_load_keys(ptx::smem_addr(keys + kstage * L::key_stage_bytes), &keys_map, load_k, key_full(kstage));
       }
       if (load_k != INT_MAX) load_k = walk.advance(load_k);
-      // Plane by plane (rows 2 pl and 2 pl + 1 of the column group), to keep few sums live.
+      // Plane by plane (values 4 pl .. 4 pl + 3: two rows), to keep few sums live.
       const float* part = partials + stage * (L::epi_stage_bytes / 4);
 #pragma unroll
       for (int pl = 0; pl < kPlanes; ++pl) {
@@ -207,10 +206,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if (pl == kPlanes - 1) mbarrier::arrive(epi_empty(stage));
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const RowRange x = rr[cg * kGroupRows + 2 * pl + r];
+          const RowRange x = rr[ws_value_row<kHp>(mg, 4 * pl + 2 * r)];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int kt = kt0 + 8 * e;
+            const int kt = ws_value_key(mg, w, q, e);
             // Relative to the block (k + kt may pass INT32_MAX near the end of a 2^31-key buffer).
             if (kt >= x.lo - k && kt < x.hi - k) p.logits[x.out_off + k + kt] = scale[e] * sum[2 * r + e];
           }
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         if constexpr (!kRegs) w4 = *reinterpret_cast<const float4*>(sw + 4 * (4 * (8 * cg + 4 * half + jj) + c4));
 #pragma unroll
         for (int hb = 0; hb < 2; ++hb) {
-          const int j = 2 * jj + hb, v = 2 * ((8 * j) / kHp);
+          const int j = 2 * jj + hb, v = ws_value_of<kHp>(half, j, 0) - 2 * kHalfRows * half;
 #pragma unroll
           for (int b = 0; b < 2; ++b) {
             const float wv = kRegs ? wt[kRegs ? half : 0][j][b] : (hb ? (b ? w4.w : w4.z) : (b ? w4.y : w4.x));

@@ -162,4 +162,24 @@ inline constexpr int kWsQueryCols = kWsColGroups * 128;
 // different slots modulo 8, i.e. all 32 banks once (no conflicts).
 NVFP4MLA_HD int ws_partial_slot(int w, int g4, int c4) { return 32 * w + 8 * c4 + (g4 ^ (2 * c4)); }
 
+// A math thread (warpgroup g, warp w of it, quad g4) holds 2 x 128 / kHp partial sums per block:
+// value v belongs to the key ws_value_key (of the block's kWsBlockKeys) and the row ws_value_row
+// (of the query block). Its accumulator element of 64-column half `half`, 8-column block j, key
+// e (the warp's rows g4 and g4 + 8) adds into value ws_value_of. The epilogue thread gtid
+// finishes the values of quad g4 of warp w of math warpgroup g (ws_epilogue_item).
+NVFP4MLA_HD int ws_value_key(int g, int w, int g4, int v) { return kTileKeys * (g % kWsKeySlices) + 16 * w + g4 + 8 * (v & 1); }
+template <int kHp>
+NVFP4MLA_HD int ws_value_row(int g, int v) {
+  return (g / kWsKeySlices) * (128 / kHp) + (v >> 1);
+}
+template <int kHp>
+NVFP4MLA_HD int ws_value_of(int half, int j, int e) {
+  return 2 * (half * (64 / kHp) + (8 * j) / kHp) + e;
+}
+NVFP4MLA_HD void ws_epilogue_item(int gtid, int& g, int& w, int& g4) {
+  g = gtid >> 5;
+  w = (gtid >> 3) & 3;
+  g4 = gtid & 7;
+}
+
 }  // namespace nvfp4mla::indexer_schedule
