@@ -40,7 +40,7 @@ namespace nvfp4mla::cuda::indexer_kernels {
 inline constexpr int kWsMathThreads = 128 * kWsMathGroups;
 inline constexpr int kWsEpilogueThreads = 128;
 inline constexpr int kWsThreads = kWsMathThreads + kWsEpilogueThreads;
-inline constexpr int kWsKeyStages = 6;
+inline constexpr int kWsKeyStages = 8;  // the epilogue, which refills a stage, may trail the math by kWsEpilogueStages blocks
 inline constexpr int kWsEpilogueStages = 3;
 // Registers: 65536 / kWsThreads rounds down to 96 per thread at launch; the epilogue
 // warpgroup's release pays for the math warpgroups' increase. 104 holds a math thread's 64
