@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
 # Usage (from the repo root, with the binaries in .devbin/):
-#   scripts/device_run.sh [tests|bench|bench-procs|bench-all|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
+#   scripts/device_run.sh [tests|bench|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
 # The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
 # is then unavailable there), or the CLI will not load.
 set -uo pipefail
@@ -25,6 +25,13 @@ for step in "$@"; do
       done ;;
     bench-all)
       "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 32 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -58 "$OUT/decode_all.txt" ;;
+    indexer)
+      # Indexer logits: the GPU tests of every kernel choice (Wgmma, WgmmaWs, MmaSync) and of the
+      # selection built on them, then the prefill and decode bars per kernel, 64 and 32 heads.
+      "$BIN/nvfp4mla_gpu_tests" --gtest_filter='Mma/IndexLogitsGpu.*:FusedSelectGpu.*:DsaPipelineGpu*' >"$OUT/indexer_tests.log" 2>&1
+      echo "indexer tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|error / A" "$OUT/indexer_tests.log" | head -40
+      "$BIN/nvfp4mla" bench indexer --mma all --heads 64 32 --warmup-seconds 2 --json "$OUT/indexer.json" >"$OUT/indexer.txt" 2>&1
+      tail -14 "$OUT/indexer.txt" ;;
     extend)
       "$BIN/nvfp4mla" bench extend --iters 10 --json "$OUT/extend.json" >"$OUT/extend.txt" 2>&1; tail -4 "$OUT/extend.txt" ;;
     eval)

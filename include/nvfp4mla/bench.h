@@ -118,7 +118,7 @@ struct IndexerCase {
   int64_t rows = 0, keys = 0;
   int heads = 64, next_n = 2;
   int64_t page_size = 64;
-  int mma = 0;  // cuda::IndexerMma: 0 automatic, 1 wgmma, 2 mma.sync
+  int mma = 0;  // cuda::IndexerMma: 0 automatic, 1 wgmma, 2 mma.sync, 3 wgmma_ws
   // Decode only: also time fused selection (cuda/fused_select.h, k = fused_k, chunk from the
   // planner) of the same rows, against the logits alone.
   bool fused = false;

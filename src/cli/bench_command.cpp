@@ -198,11 +198,19 @@ struct IndexerBenchFlags {
   bool fused = false;
 };
 
+// The bench's names of cuda::IndexerMma (bench::IndexerCase::mma).
+int indexer_mma_code(const std::string& name) {
+  return name == "wgmma" ? 1 : name == "mma.sync" ? 2 : name == "wgmma.ws" ? 3 : 0;
+}
+const char* indexer_mma_name(int code) {
+  return code == 1 ? "wgmma" : code == 2 ? "mma.sync" : code == 3 ? "wgmma.ws" : "auto";
+}
+
 void run_indexer_bench(const BenchFlags& f, const IndexerBenchFlags& x) {
   using Form = bench::IndexerCase::Form;
   const std::vector<std::pair<std::string, int>> mmas =
-      x.mma == "all" ? std::vector<std::pair<std::string, int>>{{"wgmma", 1}, {"mma.sync", 2}}
-                     : std::vector<std::pair<std::string, int>>{{x.mma, x.mma == "wgmma" ? 1 : x.mma == "mma.sync" ? 2 : 0}};
+      x.mma == "all" ? std::vector<std::pair<std::string, int>>{{"wgmma", 1}, {"wgmma.ws", 3}, {"mma.sync", 2}}
+                     : std::vector<std::pair<std::string, int>>{{x.mma, indexer_mma_code(x.mma)}};
   std::vector<bench::IndexerCase> cases;
   // The shapes: prefill 2048 rows x 32,768 keys, paged decode 64 requests x 2 rows x 131,072.
   for (int h : x.heads.empty() ? std::vector<int>{64} : x.heads)
@@ -213,7 +221,8 @@ void run_indexer_bench(const BenchFlags& f, const IndexerBenchFlags& x) {
         continue;
       }
       cases.push_back({Form::prefill, 2048, 32768, h, 1, 64, m.second});
-      cases.push_back({Form::decode, 64, 131072, h, 2, 64, m.second});
+      if (m.first != "wgmma.ws")  // the warp-specialized kernel is prefill-only (decode would time wgmma again)
+        cases.push_back({Form::decode, 64, 131072, h, 2, 64, m.second});
     }
   const auto opt = options_of(f);
   const auto ceil = bench::measure_ceilings(opt);
@@ -226,7 +235,7 @@ void run_indexer_bench(const BenchFlags& f, const IndexerBenchFlags& x) {
   nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"indexer", nlohmann::json::array()}};
   for (const auto& r : res) {
     const bool dec = r.c.form == Form::decode;
-    const char* mma = r.c.mma == 1 ? "wgmma" : r.c.mma == 2 ? "mma.sync" : "auto";
+    const char* mma = indexer_mma_name(r.c.mma);
     std::printf("%-8s %-9s %6lld %8lld %6d %6d %10.1f %9.1f %8.2f %6.1f%% %5.0f%s\n", dec ? "decode" : "prefill", mma,
                 static_cast<long long>(r.c.rows), static_cast<long long>(r.c.keys), dec ? r.c.next_n : 1, r.c.heads,
                 r.median_us, r.tflops, r.key_tbps, 100 * r.frac_copy, r.clock_mhz, r.finite ? "" : "  NaN IN OUTPUT");
@@ -328,8 +337,10 @@ void add_bench_command(CLI::App& app) {
   add_timing(idx, *f);
   auto ix = std::make_shared<IndexerBenchFlags>();
   idx->add_option("--heads", ix->heads, "index heads per row (default 64)")->check(CLI::Range(1, 64));
-  idx->add_option("--mma", ix->mma, "tensor-core path: auto, wgmma, mma.sync or all")
-      ->check(CLI::IsMember({"auto", "wgmma", "mma.sync", "all"}));
+  idx->add_option("--mma", ix->mma,
+                  "kernel: auto, wgmma (two warpgroups), wgmma.ws (warp-specialized: prefill with 17..64 heads; "
+                  "otherwise as wgmma), mma.sync or all")
+      ->check(CLI::IsMember({"auto", "wgmma", "wgmma.ws", "mma.sync", "all"}));
   idx->add_flag("--fused", ix->fused,
                 "decode shapes 1 x 1,048,576 and 64 x 2 x 131,072, each also as fused selection (logits + top-k, k = 2048)");
   idx->callback([f, ix] { run_indexer_bench(*f, *ix); });

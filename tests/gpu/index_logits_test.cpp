@@ -1,5 +1,6 @@
-// GPU indexer logits against the CPU references, for both tensor-core paths (wgmma on sm_90,
-// mma.sync m16n8k32 E4M3 on sm_89+):
+// GPU indexer logits against the CPU references, for every kernel choice (wgmma: the
+// two-warpgroup kernel on sm_90; wgmma_ws: the warp-specialized one for the ragged form with
+// 17..64 heads, the two-warpgroup one elsewhere; mma.sync m16n8k32 E4M3 on sm_89+):
 //   - small-integer data (every logit exact in fp32): bit for bit, -inf tails included;
 //   - random data: within the tolerance of docs/SELECTION.md, |gpu - cpu| <= 2^-5 A with
 //     A = s_t sum_h |w_h| sum_i |q_hi k_ti| (FP8 tensor cores add with ~13-bit truncation);
@@ -44,7 +45,7 @@ bool device_supports(cuda::IndexerMma mma) {
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  return mma == cuda::IndexerMma::wgmma ? (major == 9 && minor == 0) : major * 10 + minor >= 89;
+  return mma == cuda::IndexerMma::mma_sync ? major * 10 + minor >= 89 : (major == 9 && minor == 0);
 }
 
 template <class T>
@@ -60,12 +61,21 @@ struct GpuOut {
   unsigned long long invalid = 0;
 };
 
-// Runs the GPU kernel on device copies of a problem's inputs; the output starts poisoned.
-GpuOut run_gpu(RaggedProblem& p, cuda::IndexerMma mma, cudaStream_t stream = nullptr) {
+// Runs the GPU kernel on device copies of a problem's inputs; the output starts poisoned. Keys
+// are laid out `value_stride` bytes and `scale_stride` floats apart on the device (the gaps
+// NaN-poisoned).
+GpuOut run_gpu(RaggedProblem& p, cuda::IndexerMma mma, cudaStream_t stream = nullptr, int64_t value_stride = 128,
+               int64_t scale_stride = 1) {
   auto q = upload(p.q);
   auto w = upload(p.w);
-  auto kv = upload(p.key_values);
-  auto ks = upload(p.key_scales);
+  std::vector<uint8_t> values(std::max<int64_t>(1, p.num_keys * value_stride), 0x7F);
+  std::vector<float> scales(std::max<int64_t>(1, p.num_keys * scale_stride), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t t = 0; t < p.num_keys; ++t) {
+    std::memcpy(&values[t * value_stride], &p.key_values[t * 128], 128);
+    scales[t * scale_stride] = p.key_scales[t];
+  }
+  auto kv = upload(values);
+  auto ks = upload(scales);
   auto st = upload(p.starts);
   auto en = upload(p.ends);
   DeviceBuffer<float> out(std::max<int64_t>(1, p.rows * p.stride));
@@ -75,6 +85,7 @@ GpuOut run_gpu(RaggedProblem& p, cuda::IndexerMma mma, cudaStream_t stream = nul
   IndexerRaggedArgs a = p.args();
   a.q = q.get(), a.weights = w.get(), a.key_values = kv.get(), a.key_scales = ks.get();
   a.row_starts = st.get(), a.row_ends = en.get(), a.logits = out.get();
+  a.key_value_stride = value_stride, a.key_scale_stride = scale_stride;
   cuda::indexer_logits(a, invalid.get(), stream, mma);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   GpuOut r{out.download(), invalid.download()[0]};
@@ -233,6 +244,74 @@ TEST_P(IndexLogitsGpu, RaggedRandomWithinBound) {
   }
 }
 
+TEST_P(IndexLogitsGpu, RaggedBlockBoundariesExact) {
+  // The warp-specialized kernel's edges (256 query columns x 128 keys per block, chunks of whole
+  // blocks):
+  // row counts not a multiple of 4, a single row, key counts not a multiple of 128 (down to one
+  // key), ranges that start and end inside a block, empty rows between full ones, rows of one
+  // block far apart in the buffer. 64 and 40 heads (padded to 64), 24 (padded to 32: 8 rows a
+  // block), 16 (the two-warpgroup kernel).
+  struct Shape {
+    int64_t rows, keys, stride;
+  };
+  for (int heads : {64, 40, 24, 16}) {
+    for (const Shape& sh : {Shape{1, 1, 1}, Shape{1, 1, 5}, Shape{1, 300, 300}, Shape{3, 129, 129}, Shape{6, 1000, 333},
+                            Shape{9, 4099, 2100}, Shape{13, 257, 257}}) {
+      SCOPED_TRACE(::testing::Message() << "heads " << heads << " rows " << sh.rows << " keys " << sh.keys << " stride "
+                                        << sh.stride);
+      auto p = ragged_problem(heads, sh.rows, sh.keys, sh.stride, 900 + heads + sh.rows, Values::small_integers);
+      const int64_t len = std::min(sh.stride, sh.keys);
+      for (int64_t r = 0; r < sh.rows; ++r) {
+        switch (r % 5) {
+          case 0:  // the whole buffer (or the stride's worth) from key 0
+            p.starts[r] = 0, p.ends[r] = static_cast<int32_t>(len);
+            break;
+          case 1:  // mid-block to mid-block
+            p.starts[r] = static_cast<int32_t>(std::min<int64_t>(sh.keys, 37));
+            p.ends[r] = static_cast<int32_t>(std::min<int64_t>(sh.keys, p.starts[r] + std::min<int64_t>(len, 200)));
+            break;
+          case 2:  // empty
+            p.starts[r] = p.ends[r] = static_cast<int32_t>(sh.keys / 2);
+            break;
+          case 3:  // ending at the buffer's last key
+            p.ends[r] = static_cast<int32_t>(sh.keys), p.starts[r] = static_cast<int32_t>(sh.keys - std::min<int64_t>(len, 131));
+            break;
+          default:  // ragged_problem's random range
+            break;
+        }
+      }
+      const auto g = run_gpu(p, GetParam());
+      EXPECT_EQ(g.invalid, 0u);
+      indexer_logits_reference(p.args());
+      expect_bitwise(g.logits, p.out, p.stride);
+    }
+  }
+}
+
+TEST_P(IndexLogitsGpu, RaggedStridedKeysExact) {
+  // Keys 256 bytes and scales 3 floats apart (NaN bytes and scales in between, never read).
+  for (int heads : {64, 33, 20}) {
+    SCOPED_TRACE(heads);
+    auto p = causal_problem(heads, 2, 30, 900, 950 + heads, Values::small_integers);
+    const auto g = run_gpu(p, GetParam(), nullptr, 256, 3);
+    EXPECT_EQ(g.invalid, 0u);
+    indexer_logits_reference(p.args());
+    expect_bitwise(g.logits, p.out, p.stride);
+  }
+}
+
+TEST_P(IndexLogitsGpu, RaggedLongRowsWithinBound) {
+  // Many key blocks and several chunks per row, rows of two sequences in one query block.
+  for (int heads : {64, 32}) {
+    SCOPED_TRACE(heads);
+    auto p = causal_problem(heads, 2, 6, 6000, 977 + heads, Values::random);
+    const auto g = run_gpu(p, GetParam());
+    EXPECT_EQ(g.invalid, 0u);
+    indexer_logits_reference(p.args());
+    expect_within_bound(g.logits, p.out, bounds(p), p.stride);
+  }
+}
+
 TEST_P(IndexLogitsGpu, RaggedPerTokenRecordsAreRejected) {
   // The GPU reads 16-byte aligned key rows; records [N, 132] must be split first.
   auto p = ragged_problem(8, 4, 50, 50, 5);
@@ -281,20 +360,23 @@ TEST_P(IndexLogitsGpu, PagedLongContextExact) {
 
 TEST_P(IndexLogitsGpu, NanRules) {
   // A NaN query byte zeroes that head's term; a NaN weight makes the row NaN (as on the CPU).
-  auto p = ragged_problem(8, 6, 300, 300, 51, Values::small_integers);
-  for (int64_t r = 0; r < 6; ++r) p.starts[r] = 0, p.ends[r] = 300;
-  p.q[0 * 8 * 128 + 3 * 128 + 17] = 0x7F;
-  p.q[2 * 8 * 128 + 0 * 128 + 100] = 0xFF;
-  p.w[4 * 8 + 6] = std::numeric_limits<float>::quiet_NaN();
-  const auto g = run_gpu(p, GetParam());
-  indexer_logits_reference(p.args());
-  for (size_t i = 0; i < g.logits.size(); ++i) {
-    if (i / 300 == 4) {
-      ASSERT_TRUE(std::isnan(g.logits[i])) << i;
-      continue;
+  for (int heads : {8, 64}) {
+    SCOPED_TRACE(heads);
+    auto p = ragged_problem(heads, 6, 300, 300, 51, Values::small_integers);
+    for (int64_t r = 0; r < 6; ++r) p.starts[r] = 0, p.ends[r] = 300;
+    p.q[0 * heads * 128 + 3 * 128 + 17] = 0x7F;
+    p.q[2 * heads * 128 + 0 * 128 + 100] = 0xFF;
+    p.w[4 * heads + 6] = std::numeric_limits<float>::quiet_NaN();
+    const auto g = run_gpu(p, GetParam());
+    indexer_logits_reference(p.args());
+    for (size_t i = 0; i < g.logits.size(); ++i) {
+      if (i / 300 == 4) {
+        ASSERT_TRUE(std::isnan(g.logits[i])) << i;
+        continue;
+      }
+      ASSERT_EQ(std::memcmp(&g.logits[i], &p.out[i], 4), 0) << "row " << i / 300 << " col " << i % 300 << " gpu "
+                                                            << g.logits[i] << " cpu " << p.out[i];
     }
-    ASSERT_EQ(std::memcmp(&g.logits[i], &p.out[i], 4), 0) << "row " << i / 300 << " col " << i % 300 << " gpu "
-                                                          << g.logits[i] << " cpu " << p.out[i];
   }
 }
 
@@ -305,8 +387,8 @@ bool untouched(const std::vector<float>& v) {
 }
 
 TEST_P(IndexLogitsGpu, DeviceMetadataErrorsWriteNothing) {
-  {
-    auto p = ragged_problem(16, 10, 100, 60, 61);
+  for (int heads : {16, 64}) {
+    auto p = ragged_problem(heads, 10, 100, 60, 61);
     p.ends[3] = 101;  // past the key buffer
     auto g = run_gpu(p, GetParam());
     EXPECT_EQ(g.invalid, 1u);
@@ -376,6 +458,31 @@ TEST_P(IndexLogitsGpu, HostErrors) {
   expect_error(a, "logits_stride is negative", invalid.get());
 }
 
+// Calls `call(stream)` once outside capture (one-time setup), captures it in a CUDA graph
+// (capturing must write nothing to `out`), lets `change()` edit metadata on the device, and
+// replays the graph: the replay must read the new metadata there.
+template <class Call, class Change>
+void capture_change_replay(DeviceBuffer<float>& out, Call call, Change change) {
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  call(s);
+  CUDA_OK(cudaStreamSynchronize(s));
+  out.fill_bytes(kPoisonByte);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  call(s);
+  CUDA_OK(cudaStreamEndCapture(s, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  EXPECT_TRUE(untouched(out.download()));  // capturing ran nothing
+  change();
+  CUDA_OK(cudaGraphLaunch(exec, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
 TEST_P(IndexLogitsGpu, GraphReplayMatchesDirectCall) {
   auto p = paged_problem(32, 2, 64, {3000, 200, 1}, 3100, 81, Values::small_integers);
   auto q = upload(p.q);
@@ -384,39 +491,56 @@ TEST_P(IndexLogitsGpu, GraphReplayMatchesDirectCall) {
   auto table = upload(p.table);
   auto lens = upload(p.context_lens);
   DeviceBuffer<float> out(p.requests * p.next_n * p.stride);
-  out.fill_bytes(kPoisonByte);
   DeviceBuffer<unsigned long long> invalid(1);
   IndexerPagedArgs a = p.args();
   a.q = q.get(), a.weights = w.get(), a.cache = cache.get(), a.block_table = table.get();
   a.context_lens = lens.get(), a.logits = out.get();
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cuda::indexer_logits(a, invalid.get(), s, GetParam());  // first call outside capture (one-time setup)
-  CUDA_OK(cudaStreamSynchronize(s));
-  out.fill_bytes(kPoisonByte);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  cuda::indexer_logits(a, invalid.get(), s, GetParam());
-  CUDA_OK(cudaStreamEndCapture(s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  EXPECT_TRUE(untouched(out.download()));  // capturing ran nothing
-  // Change the context lengths on the device: the replay reads them there.
-  p.context_lens = {2999, 64, 0};
-  lens.upload(p.context_lens);
-  CUDA_OK(cudaGraphLaunch(exec, s));
-  CUDA_OK(cudaStreamSynchronize(s));
+  capture_change_replay(
+      out, [&](cudaStream_t s) { cuda::indexer_logits(a, invalid.get(), s, GetParam()); },
+      [&] {
+        p.context_lens = {2999, 64, 0};
+        lens.upload(p.context_lens);
+      });
   EXPECT_EQ(invalid.download()[0], 0u);
   indexer_logits_reference(p.args());
   expect_bitwise(out.download(), p.out, p.stride);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
 }
 
-INSTANTIATE_TEST_SUITE_P(Mma, IndexLogitsGpu, ::testing::Values(cuda::IndexerMma::wgmma, cuda::IndexerMma::mma_sync),
+TEST_P(IndexLogitsGpu, RaggedGraphReplayMatchesDirectCall) {
+  // The ragged form (the warp-specialized kernel with 64 and 32 heads): row ends changed on the
+  // device between capture and replay.
+  for (int heads : {64, 24}) {
+    SCOPED_TRACE(heads);
+    auto p = causal_problem(heads, 2, 9, 1500, 83 + heads, Values::small_integers);
+    auto q = upload(p.q);
+    auto w = upload(p.w);
+    auto kv = upload(p.key_values);
+    auto ks = upload(p.key_scales);
+    auto st = upload(p.starts);
+    auto en = upload(p.ends);
+    DeviceBuffer<float> out(p.rows * p.stride);
+    DeviceBuffer<unsigned long long> invalid(1);
+    IndexerRaggedArgs a = p.args();
+    a.q = q.get(), a.weights = w.get(), a.key_values = kv.get(), a.key_scales = ks.get();
+    a.row_starts = st.get(), a.row_ends = en.get(), a.logits = out.get();
+    capture_change_replay(
+        out, [&](cudaStream_t s) { cuda::indexer_logits(a, invalid.get(), s, GetParam()); },
+        [&] {
+          for (int64_t r = 0; r < p.rows; ++r) p.ends[r] = std::max(p.starts[r], p.ends[r] - static_cast<int32_t>(r * 37 % 300));
+          en.upload(p.ends);
+        });
+    EXPECT_EQ(invalid.download()[0], 0u);
+    indexer_logits_reference(p.args());
+    expect_bitwise(out.download(), p.out, p.stride);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mma, IndexLogitsGpu,
+                         ::testing::Values(cuda::IndexerMma::wgmma, cuda::IndexerMma::wgmma_ws, cuda::IndexerMma::mma_sync),
                          [](const ::testing::TestParamInfo<cuda::IndexerMma>& i) {
-                           return std::string(i.param == cuda::IndexerMma::wgmma ? "Wgmma" : "MmaSync");
+                           return std::string(i.param == cuda::IndexerMma::wgmma      ? "Wgmma"
+                                              : i.param == cuda::IndexerMma::wgmma_ws ? "WgmmaWs"
+                                                                                      : "MmaSync");
                          });
 
 }  // namespace

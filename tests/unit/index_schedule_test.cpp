@@ -23,7 +23,9 @@ struct Row {
 };
 
 // Runs one block (rows `rows`, chunk [c0, c1)) and records, per row, the columns given a logit.
-template <int kRows>
+// kStep, kWalkers: the tile walk of the two-warpgroup kernel (64-key tiles, two walkers) or the
+// warp-specialized one (kWsBlockKeys-key blocks, one walk).
+template <int kRows, int kStep = kTileKeys, int kWalkers = kGroups>
 void run_block(const std::vector<Row>& rows, int64_t c0, int64_t c1, int64_t stride, std::vector<std::vector<int>>& writes) {
   RowRange rr[kRows];
   for (int r = 0; r < kRows; ++r)
@@ -32,15 +34,15 @@ void run_block(const std::vector<Row>& rows, int64_t c0, int64_t c1, int64_t str
     for (int64_t j = first_tail_column(rr[r], c0); j < c1; ++j) ++writes[r][j];  // -inf tail
   const Span span = span_of<kRows>(rr);
   if (span.lo >= span.hi) return;
-  const TileWalk<kRows> walk{rr, span};
+  const TileWalk<kRows, kStep, kWalkers> walk{rr, span};
   std::vector<int32_t> tiles;
-  for (int g = 0; g < kGroups; ++g)
+  for (int g = 0; g < kWalkers; ++g)
     for (int32_t k = walk.first(g); k != INT_MAX; k = walk.advance(k)) tiles.push_back(k);
   std::sort(tiles.begin(), tiles.end());
-  for (size_t i = 1; i < tiles.size(); ++i) ASSERT_GE(tiles[i], tiles[i - 1] + kTileKeys) << "tiles overlap";
+  for (size_t i = 1; i < tiles.size(); ++i) ASSERT_GE(tiles[i], tiles[i - 1] + kStep) << "tiles overlap";
   for (int32_t k : tiles) {
     bool needed = false;
-    for (int32_t key = k; key < k + kTileKeys; ++key)
+    for (int32_t key = k; key < k + kStep; ++key)
       for (size_t r = 0; r < rows.size(); ++r)
         if (key >= rr[r].lo && key < rr[r].hi) {
           needed = true;
@@ -53,12 +55,12 @@ void run_block(const std::vector<Row>& rows, int64_t c0, int64_t c1, int64_t str
   }
 }
 
-template <int kRows>
+template <int kRows, int kStep = kTileKeys, int kWalkers = kGroups>
 void random_blocks(uint64_t seed, bool same_start) {
   std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 200; ++trial) {
     const int64_t stride = std::uniform_int_distribution<int64_t>(1, 900)(rng);
-    const int64_t chunk = kTileKeys * std::uniform_int_distribution<int64_t>(1, 6)(rng);
+    const int64_t chunk = kStep * std::uniform_int_distribution<int64_t>(1, 6)(rng);
     const int nrows = std::uniform_int_distribution<int>(1, kRows)(rng);
     std::vector<Row> rows;
     const int64_t shared_start = std::uniform_int_distribution<int64_t>(0, 5000)(rng);
@@ -68,7 +70,7 @@ void random_blocks(uint64_t seed, bool same_start) {
       rows.push_back({start, trial % 7 == 0 ? stride - (r % 2) : len});
     }
     std::vector<std::vector<int>> writes(nrows, std::vector<int>(stride, 0));
-    for (int64_t c0 = 0; c0 < stride; c0 += chunk) run_block<kRows>(rows, c0, std::min(c0 + chunk, stride), stride, writes);
+    for (int64_t c0 = 0; c0 < stride; c0 += chunk) run_block<kRows, kStep, kWalkers>(rows, c0, std::min(c0 + chunk, stride), stride, writes);
     for (int r = 0; r < nrows; ++r)
       for (int64_t j = 0; j < stride; ++j) ASSERT_EQ(writes[r][j], 1) << "trial " << trial << " row " << r << " column " << j;
   }
@@ -85,6 +87,81 @@ TEST(IndexSchedule, EveryColumnOnceUnrelatedStarts) {
   random_blocks<2>(5, false);
   random_blocks<4>(6, false);
   random_blocks<16>(7, false);
+}
+
+TEST(IndexSchedule, WarpSpecializedWalkCoversEveryColumnOnce) {
+  // One walk of kWsBlockKeys-key blocks over the query block's kWsQueryCols / 64 rows.
+  random_blocks<kWsQueryCols / 64, kWsBlockKeys, 1>(8, true);
+  random_blocks<kWsQueryCols / 64, kWsBlockKeys, 1>(9, false);
+}
+
+TEST(IndexSchedule, PartialSlotsAreConflictFree) {
+  // The epilogue buffer's slots: one per (warp, quad, lane), eight bank groups per quarter warp
+  // of writers (lanes 8 u .. 8 u + 7 of a math warp) and of readers (fixed lane c4, quads 0..7).
+  std::set<int> all;
+  for (int w = 0; w < 4; ++w)
+    for (int lane = 0; lane < 32; ++lane) all.insert(ws_partial_slot(w, lane >> 2, lane & 3));
+  EXPECT_EQ(all.size(), 128u);
+  EXPECT_EQ(*all.rbegin(), 127);
+  for (int w = 0; w < 4; ++w) {
+    for (int u = 0; u < 4; ++u) {
+      std::set<int> groups;
+      for (int lane = 8 * u; lane < 8 * u + 8; ++lane) groups.insert(ws_partial_slot(w, lane >> 2, lane & 3) % 8);
+      EXPECT_EQ(groups.size(), 8u) << "writers w " << w << " quarter " << u;
+    }
+    for (int c4 = 0; c4 < 4; ++c4) {
+      std::set<int> groups;
+      for (int g4 = 0; g4 < 8; ++g4) groups.insert(ws_partial_slot(w, g4, c4) % 8);
+      EXPECT_EQ(groups.size(), 8u) << "readers w " << w << " lane " << c4;
+    }
+  }
+}
+
+// The warp-specialized kernel's partial sums: every accumulator element of every math thread
+// (wgmma layout: warp w holds keys 16 w + g4 + 8 e of its warpgroup's 64-key slice, columns
+// 8 j + 2 c4 + b of each 64-column half) adds into a value of its own key and of its column's
+// row, and the epilogue reads, for every (key, row) of a block exactly once, the four slots and
+// values the four quad lanes wrote.
+template <int kHp>
+void check_ws_values() {
+  constexpr int kRows = kWsQueryCols / kHp, kValues = 2 * 128 / kHp;
+  using Cell = std::pair<int, int>;  // (key in the block, row in the query block)
+  std::map<Cell, std::set<std::pair<int, int>>> written, read;  // cell -> (warpgroup slot, value)
+  for (int g = 0; g < kWsMathGroups; ++g)
+    for (int w = 0; w < 4; ++w)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g4 = lane >> 2, c4 = lane & 3;
+        for (int half = 0; half < 2; ++half)
+          for (int j = 0; j < 8; ++j)
+            for (int b = 0; b < 2; ++b)
+              for (int e = 0; e < 2; ++e) {
+                const int column = 128 * (g / kWsKeySlices) + 64 * half + 8 * j + 2 * c4 + b;
+                const int v = ws_value_of<kHp>(half, j, e);
+                ASSERT_GE(v, 0);
+                ASSERT_LT(v, kValues);
+                ASSERT_EQ(ws_value_row<kHp>(g, v), column / kHp);
+                ASSERT_EQ(ws_value_key(g, w, g4, v), kTileKeys * (g % kWsKeySlices) + 16 * w + g4 + 8 * e);
+              }
+        for (int v = 0; v < kValues; ++v)
+          written[{ws_value_key(g, w, g4, v), ws_value_row<kHp>(g, v)}].insert({128 * g + ws_partial_slot(w, g4, c4), v});
+      }
+  for (int gtid = 0; gtid < 128; ++gtid) {
+    int g, w, q;
+    ws_epilogue_item(gtid, g, w, q);
+    for (int v = 0; v < kValues; ++v) {
+      const Cell cell{ws_value_key(g, w, q, v), ws_value_row<kHp>(g, v)};
+      ASSERT_TRUE(read.find(cell) == read.end() || read[cell].size() < 4) << "a cell finished twice";
+      for (int c = 0; c < 4; ++c) read[cell].insert({128 * g + ws_partial_slot(w, q, c), v});
+    }
+  }
+  EXPECT_EQ(written.size(), size_t(kWsBlockKeys) * kRows);
+  for (const auto& [cell, parts] : written) EXPECT_EQ(parts.size(), 4u) << "key " << cell.first << " row " << cell.second;
+  EXPECT_TRUE(read == written);
+}
+
+TEST(IndexSchedule, WarpSpecializedValuesMeetInTheEpilogue) {
+  check_ws_values<64>();
+  check_ws_values<32>();
 }
 
 TEST(IndexSchedule, GapsAreSkipped) {

@@ -23,10 +23,15 @@
 
 namespace nvfp4mla::cuda {
 
-// Which tensor-core instructions compute the dot products. `automatic` takes wgmma on sm_90 and
-// mma.sync (m16n8k32 E4M3, sm_89 and later) elsewhere; the explicit choices exist for tests
-// and benchmarks. Both give the same kind of result (same tolerance).
-enum class IndexerMma : uint8_t { automatic = 0, wgmma = 1, mma_sync = 2 };
+// Which tensor-core instructions and kernel compute the dot products. `automatic` takes wgmma on
+// sm_90 and mma.sync (m16n8k32 E4M3, sm_89 and later) elsewhere; on sm_90 the ragged form with
+// 17..64 heads runs the warp-specialized wgmma kernel (TMA loads, separate math and epilogue
+// warpgroups) where the key buffer allows a TMA tensor map (key_value_stride below 2^40 bytes,
+// num_keys >= 1), the two-warpgroup wgmma kernel otherwise. The explicit choices exist for tests
+// and benchmarks: `wgmma` is always the two-warpgroup kernel, `wgmma_ws` the warp-specialized one
+// where it applies and the two-warpgroup one elsewhere (paged form, up to 16 heads). All give
+// the same kind of result (same tolerance).
+enum class IndexerMma : uint8_t { automatic = 0, wgmma = 1, mma_sync = 2, wgmma_ws = 3 };
 
 void indexer_logits(const IndexerRaggedArgs& args, unsigned long long* invalid_count, cudaStream_t stream,
                     IndexerMma mma = IndexerMma::automatic);

@@ -1,5 +1,6 @@
 // Host side of the GPU indexer logits: argument checks, the device-side metadata check, the
 // work split, and the choice of instantiation (indexer_logits.cuh has the kernel).
+#include <cuda.h>  // CUtensorMap and its encoder's types (the encoder itself comes from the runtime)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "nvfp4mla/index_key.h"
 #include "nvfp4mla/indexer.h"
 #include "ops/indexer/indexer_logits.cuh"
+#include "ops/indexer/indexer_logits_ws.cuh"
 
 namespace nvfp4mla::cuda {
 namespace {
@@ -86,6 +88,7 @@ ik::Mma pick_mma(IndexerMma requested, const char* op) {
   const bool sm90 = major == 9 && minor == 0, fp8_mma = major * 10 + minor >= 89;
   switch (requested) {
     case IndexerMma::wgmma:
+    case IndexerMma::wgmma_ws:
       if (!sm90) fail(op, "the wgmma kernels need an sm_90 GPU");
       return ik::Mma::wgmma;
     case IndexerMma::mma_sync:
@@ -100,14 +103,19 @@ ik::Mma pick_mma(IndexerMma requested, const char* op) {
 
 int padded_heads(int heads) { return heads <= 16 ? 16 : heads <= 32 ? 32 : 64; }
 
-// Columns per block: enough blocks for several waves (short rows cost little: a block whose
-// rows end before its chunk only writes -inf), chunks of at least 1024 columns.
-int64_t chunk_columns(int64_t qblocks, int64_t stride, int n, ik::Mma mma) {
-  const int64_t resident = int64_t(current_sm_count()) * (n == 256 || mma == ik::Mma::mma_sync ? 1 : 2);
+// Columns per block: at least `waves` waves of blocks (short rows cost little: a block whose
+// rows end before its chunk only writes -inf), chunks of at least 1024 columns, in whole key
+// tiles (`unit` keys) of the kernel.
+int64_t chunk_columns(int64_t qblocks, int64_t stride, int blocks_per_sm, int waves, int unit) {
+  const int64_t resident = int64_t(current_sm_count()) * blocks_per_sm;
   const int64_t max_chunks = std::min<int64_t>(65535, std::max<int64_t>(1, (stride + 1023) / 1024));
-  const int64_t chunks = std::clamp<int64_t>((8 * resident + qblocks - 1) / qblocks, 1, max_chunks);
+  const int64_t chunks = std::clamp<int64_t>((waves * resident + qblocks - 1) / qblocks, 1, max_chunks);
   const int64_t per = (stride + chunks - 1) / chunks;
-  return (per + ik::kTileKeys - 1) / ik::kTileKeys * ik::kTileKeys;
+  return (per + unit - 1) / unit * unit;
+}
+// The two-warpgroup kernel: one block per SM with 256 columns or mma.sync, else two; 8 waves.
+int64_t chunk_columns(int64_t qblocks, int64_t stride, int n, ik::Mma mma) {
+  return chunk_columns(qblocks, stride, n == 256 || mma == ik::Mma::mma_sync ? 1 : 2, 8, ik::kTileKeys);
 }
 
 void launch(ik::Mma mma, ik::Source source, int heads, int n, const ik::Params& p, int64_t qblocks, cudaStream_t stream) {
@@ -118,6 +126,51 @@ void launch(ik::Mma mma, ik::Source source, int heads, int n, const ik::Params& 
     case 32: return ik::launch_for_heads<32>(mma, source, n, p, grid, stream);
     default: return ik::launch_for_heads<64>(mma, source, n, p, grid, stream);
   }
+}
+
+// ---- the warp-specialized ragged kernel (indexer_logits_ws.cuh) --------------------------------
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's cuTensorMapEncodeTiled through the runtime (the library links no libcuda), or null.
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found);
+#endif
+    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled{nullptr};
+    }
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// Whether TMA can map the key buffer: rows of 128 bytes key_value_stride apart (16-byte aligned
+// rows are checked by the caller), strides below 2^40 bytes, at least one row.
+bool keys_mappable(const IndexerRaggedArgs& a) {
+  return a.num_keys >= 1 && a.key_value_stride >= ik::kDim && a.key_value_stride < (int64_t{1} << 40);
+}
+
+// The key buffer as a TMA tensor map: boxes of kWsBlockKeys rows, 128-byte swizzle (the operand
+// layout of the MMAs), rows past num_keys read as zero. False when the driver cannot encode it.
+bool keys_tensor_map(const IndexerRaggedArgs& a, CUtensorMap& map) {
+  const EncodeTiled encode = encode_tiled();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(ik::kDim), static_cast<cuuint64_t>(a.num_keys)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.key_value_stride)};
+  const cuuint32_t box[2] = {cuuint32_t(ik::kDim), cuuint32_t(ik::kWsBlockKeys)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.key_values), dims, strides, box,
+                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 void check_common(const char* op, const void* q, const void* weights, const void* logits,
@@ -145,8 +198,6 @@ void indexer_logits(const IndexerRaggedArgs& a, unsigned long long* invalid_coun
                                                                    a.logits_stride, invalid_count);
   check_launch(kOp);
   if (a.logits_stride == 0) return;
-  constexpr int n = 256;
-  const int64_t qblocks = (a.rows + n / padded_heads(a.heads) - 1) / (n / padded_heads(a.heads));
   ik::Params p{};
   p.q = a.q;
   p.weights = a.weights;
@@ -160,8 +211,29 @@ void indexer_logits(const IndexerRaggedArgs& a, unsigned long long* invalid_coun
   p.key_scale_stride = a.key_scale_stride;
   p.logits = a.logits;
   p.stride = a.logits_stride;
-  p.chunk = chunk_columns(qblocks, a.logits_stride, n, engine);
   p.invalid_count = invalid_count;
+  // The warp-specialized kernel where it applies; asked for explicitly, it must run (so that its
+  // tests and benchmarks cannot silently measure the other kernel).
+  const bool explicit_ws = mma == IndexerMma::wgmma_ws;
+  const int hp = padded_heads(a.heads);
+  if (engine == ik::Mma::wgmma && (mma == IndexerMma::automatic || explicit_ws) && hp >= 32 && keys_mappable(a)) {
+    CUtensorMap keys_map;
+    if (keys_tensor_map(a, keys_map)) {
+      const int rows_per_block = ik::kWsQueryCols / hp;
+      const int64_t qblocks = (a.rows + rows_per_block - 1) / rows_per_block;
+      // One block per SM; two waves at least (each block fills and drains its key ring once).
+      p.chunk = chunk_columns(qblocks, a.logits_stride, 1, 2, ik::kWsBlockKeys);
+      const dim3 grid(static_cast<unsigned>(qblocks), static_cast<unsigned>((p.stride + p.chunk - 1) / p.chunk));
+      if (hp == 64 ? ik::launch_ws<64>(p, keys_map, grid, stream) : ik::launch_ws<32>(p, keys_map, grid, stream)) return;
+      if (explicit_ws)
+        fail(kOp, "the warp-specialized kernel was compiled with a register count its setmaxnreg split does not fit");
+    } else if (explicit_ws) {
+      fail(kOp, "the driver could not encode the key buffer's TMA tensor map");
+    }
+  }
+  constexpr int n = 256;
+  const int64_t qblocks = (a.rows + n / hp - 1) / (n / hp);
+  p.chunk = chunk_columns(qblocks, a.logits_stride, n, engine);
   launch(engine, ik::Source::contiguous, a.heads, n, p, qblocks, stream);
 }
 

@@ -121,27 +121,65 @@ NVFP4MLA_HD Span span_of(const RowRange* rr) {
   return s;
 }
 
-// The tiles of a block form one sequence, starting at span.lo: lo + 64 i when gapless, else each
-// tile starts at the next key some row needs. Warpgroup g takes tiles g, g + kGroups, ...
-template <int kRows>
+// The tiles of a block form one sequence, starting at span.lo: lo + kStep i when gapless, else
+// each tile starts at the next key some row needs. kWalkers consumers take turns: walker g takes
+// tiles g, g + kWalkers, ... (the two-warpgroup kernel: 64-key tiles, two walkers; the
+// warp-specialized kernel: one walk of kWsBlockKeys-key blocks that every role follows).
+template <int kRows, int kStep = kTileKeys, int kWalkers = kGroups>
 struct TileWalk {
   const RowRange* rr;
   Span span;
   NVFP4MLA_HD int32_t step(int32_t k) const {  // the tile after the one at k
-    if (span.gapless) return int64_t(k) + kTileKeys < span.hi ? k + kTileKeys : INT_MAX;
-    return k > INT_MAX - kTileKeys ? INT_MAX : next_needed<kRows>(rr, k + kTileKeys);
+    if (span.gapless) return int64_t(k) + kStep < span.hi ? k + kStep : INT_MAX;
+    return k > INT_MAX - kStep ? INT_MAX : next_needed<kRows>(rr, k + kStep);
   }
-  NVFP4MLA_HD int32_t first(int group) const {
+  NVFP4MLA_HD int32_t first(int walker) const {
     int32_t k = span.lo < span.hi ? span.lo : INT_MAX;
-    for (int g = 0; g < group && k != INT_MAX; ++g) k = step(k);
+    for (int g = 0; g < walker && k != INT_MAX; ++g) k = step(k);
     return k;
   }
-  NVFP4MLA_HD int32_t advance(int32_t k) const {  // the same warpgroup's next tile
-    // Gapless: kGroups steps of 64 keys, or the end (one compare instead of kGroups).
-    if (span.gapless) return int64_t(k) + kGroups * kTileKeys < span.hi ? k + kGroups * kTileKeys : INT_MAX;
-    for (int i = 0; i < kGroups && k != INT_MAX; ++i) k = step(k);
+  NVFP4MLA_HD int32_t advance(int32_t k) const {  // the same walker's next tile
+    // Gapless: kWalkers steps, or the end (one compare instead of kWalkers).
+    if (span.gapless) return int64_t(k) + kWalkers * kStep < span.hi ? k + kWalkers * kStep : INT_MAX;
+    for (int i = 0; i < kWalkers && k != INT_MAX; ++i) k = step(k);
     return k;
   }
 };
+
+// ---- the warp-specialized kernel (indexer_logits_ws.cuh) ----------------------------------
+// Key blocks of kWsKeySlices 64-key slices, one per math warpgroup of a slice; query blocks of
+// kWsColGroups groups of 128 columns, one per math warpgroup of a column group.
+inline constexpr int kWsKeySlices = 2;
+inline constexpr int kWsColGroups = 2;
+inline constexpr int kWsMathGroups = kWsKeySlices * kWsColGroups;
+inline constexpr int kWsBlockKeys = kWsKeySlices * kTileKeys;
+inline constexpr int kWsQueryCols = kWsColGroups * 128;
+
+// Where the partial head sums of math thread (warp-in-group w, quad g4 = lane / 4, c4 = lane % 4)
+// go in a plane of the epilogue buffer (16-byte slots): epilogue thread (w, g4) reads the four
+// slots of c4 = 0..3. Slot 32 w + 8 c4 + (g4 ^ 2 c4): a quarter warp of writers (g4 in {2q,
+// 2q + 1}, all c4) and a quarter warp of readers (fixed c4, g4 = 0..7) each touch eight
+// different slots modulo 8, i.e. all 32 banks once (no conflicts).
+NVFP4MLA_HD int ws_partial_slot(int w, int g4, int c4) { return 32 * w + 8 * c4 + (g4 ^ (2 * c4)); }
+
+// A math thread (warpgroup g, warp w of it, quad g4) holds 2 x 128 / kHp partial sums per block:
+// value v belongs to the key ws_value_key (of the block's kWsBlockKeys) and the row ws_value_row
+// (of the query block). Its accumulator element of 64-column half `half`, 8-column block j, key
+// e (the warp's rows g4 and g4 + 8) adds into value ws_value_of. The epilogue thread gtid
+// finishes the values of quad g4 of warp w of math warpgroup g (ws_epilogue_item).
+NVFP4MLA_HD int ws_value_key(int g, int w, int g4, int v) { return kTileKeys * (g % kWsKeySlices) + 16 * w + g4 + 8 * (v & 1); }
+template <int kHp>
+NVFP4MLA_HD int ws_value_row(int g, int v) {
+  return (g / kWsKeySlices) * (128 / kHp) + (v >> 1);
+}
+template <int kHp>
+NVFP4MLA_HD int ws_value_of(int half, int j, int e) {
+  return 2 * (half * (64 / kHp) + (8 * j) / kHp) + e;
+}
+NVFP4MLA_HD void ws_epilogue_item(int gtid, int& g, int& w, int& g4) {
+  g = gtid >> 5;
+  w = (gtid >> 3) & 3;
+  g4 = gtid & 7;
+}
 
 }  // namespace nvfp4mla::indexer_schedule

@@ -1,11 +1,13 @@
 #pragma once
-// Thread-block clusters and mbarriers (sm_90) for the attention kernels: the 128-head decode
+// Thread-block clusters (sm_90) for the attention kernels: the 128-head decode
 // runs its two 64-head CTAs as a cluster pair that dequantizes each K tile once, each CTA
 // writing its half into both CTAs' shared memory (the peer's copy by st.async, counted in
-// transaction bytes on the peer's mbarrier); every arrive and wait is CTA-scope.
+// transaction bytes on the peer's mbarrier); every arrive and wait is CTA-scope (device/mbarrier.cuh).
 // Addresses are 32-bit shared-window addresses (ptx::smem_addr); `peer` forms come from
 // map_to_rank. Everything compiles to nothing below sm_90.
 #include <cstdint>
+
+#include "device/mbarrier.cuh"  // the CTA-scope arrive/wait the cluster kernels pair with these
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define NVFP4MLA_CLUSTER 1
@@ -69,52 +71,11 @@ __device__ __forceinline__ void store_async(uint32_t addr, uint32_t v, uint32_t 
 #endif
 }
 
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
-#ifdef NVFP4MLA_CLUSTER
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-#endif
-}
-// Makes initialized mbarriers visible to the cluster (before the cluster sync that publishes them).
-__device__ __forceinline__ void fence_mbarrier_init() {
-#ifdef NVFP4MLA_CLUSTER
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-
-// Arrive on this CTA's mbarrier with release semantics at CTA scope: this thread's earlier
-// shared-memory writes are visible to whoever completes a wait on the phase. (Cluster scope would
-// add a cluster-level memory barrier before every arrive and an L1 invalidation after every wait;
-// data from the peer CTA arrives by st.async with transaction bytes instead.)
-__device__ __forceinline__ void arrive_local(uint32_t bar) {
-#ifdef NVFP4MLA_CLUSTER
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-#endif
-}
 // Arrive on another CTA's mbarrier (`bar` from map_to_rank). Used to say "done reading this
 // buffer": nothing is published, so the release stays at CTA scope (no cluster membar).
 __device__ __forceinline__ void arrive_remote(uint32_t bar) {
 #ifdef NVFP4MLA_CLUSTER
   asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
-#endif
-}
-// Arrive on this CTA's mbarrier and add `bytes` to the transaction count its phase waits for
-// (bytes that st.async from another CTA will deliver).
-__device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-#ifdef NVFP4MLA_CLUSTER
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-
-// Wait until the phase with parity `parity` of this CTA's mbarrier has completed (acquire, CTA scope).
-__device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
-#ifdef NVFP4MLA_CLUSTER
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
 #endif
 }
 

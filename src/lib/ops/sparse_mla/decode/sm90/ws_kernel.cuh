@@ -138,12 +138,6 @@ struct WsSmem {
                 "the planner's bytes (kernel_shapes.h)");
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define NVFP4MLA_SETMAXNREG(dir, n) asm volatile("setmaxnreg." #dir ".sync.aligned.u32 %0;\n" ::"n"(n))
-#else
-#define NVFP4MLA_SETMAXNREG(dir, n)
-#endif
-
 template <class F, bool kPair, int kTile>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -209,13 +203,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
   if (tid == 0) {
     for (int b = 0; b < kWsKBufs; ++b) {
-      cluster::mbarrier_init(full_bar(b), kWsProducers);   // every producer thread of this CTA
-      cluster::mbarrier_init(remote_full_bar(b), 1);       // this CTA's expect-tx arrival (+ the peer's bytes)
-      cluster::mbarrier_init(empty_bar(b), 8 * kCtas);     // one lane per consumer warp of each CTA
+      mbarrier::init(full_bar(b), kWsProducers);   // every producer thread of this CTA
+      mbarrier::init(remote_full_bar(b), 1);       // this CTA's expect-tx arrival (+ the peer's bytes)
+      mbarrier::init(empty_bar(b), 8 * kCtas);     // one lane per consumer warp of each CTA
     }
-    cluster::mbarrier_init(p_full_bar, 128);  // every thread of the scores warpgroup
-    cluster::mbarrier_init(p_empty_bar, 128);  // every thread of the output warpgroup
-    cluster::fence_mbarrier_init();
+    mbarrier::init(p_full_bar, 128);  // every thread of the scores warpgroup
+    mbarrier::init(p_empty_bar, 128);  // every thread of the output warpgroup
+    mbarrier::fence_init();
   }
   // The peer's barriers exist before anything arrives on them, and this CTA's before anyone waits:
   // a pair's CTAs arrive here and wait where each role first needs them (setup_wait), so the
@@ -238,9 +232,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     // expects the peer's half of the tile on its remote-full barrier.
     auto acquire_buffer = [&](int i, int b) {
       const int use = i / kWsKBufs;
-      if (use > 0) cluster::wait(empty_bar(b), (use - 1) & 1);
+      if (use > 0) mbarrier::wait(empty_bar(b), (use - 1) & 1);
       if constexpr (kPair)
-        if (ptid == 0) cluster::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : Smem::peer_mask_bytes);
+        if (ptid == 0) mbarrier::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : Smem::peer_mask_bytes);
     };
     // 16 dequantized values of entry t at dims [d, d + 16) (two core-matrix rows) into this CTA's
     // K buffer and, for pairs, the peer's.
@@ -255,7 +249,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     // Tile published: masks written, stores visible to the tensor cores.
     auto publish_buffer = [&](int b) {
       wgmma::fence_proxy_async_smem();  // the tensor cores read these buffers next
-      cluster::arrive_local(full_bar(b));
+      mbarrier::arrive(full_bar(b));
     };
     if constexpr (Smem::register_records) {
       // Eight threads per entry, records loaded into registers one step ahead of their
@@ -407,14 +401,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // The full/remote-full waits of a K buffer's use (the second consumer repeats them: already
   // complete then, they cost a poll and give it the acquire of the producers' writes).
   auto wait_k_tile = [&](int b, int use) {
-    cluster::wait(full_bar(b), use & 1);
-    if constexpr (kPair) cluster::wait(remote_full_bar(b), use & 1);
+    mbarrier::wait(full_bar(b), use & 1);
+    if constexpr (kPair) mbarrier::wait(remote_full_bar(b), use & 1);
   };
   // Done with a K buffer: one lane per warp tells both CTAs' producers.
   auto release_k_tile = [&](int b) {
     __syncwarp();
     if (lane == 0) {
-      cluster::arrive_local(empty_bar(b));
+      mbarrier::arrive(empty_bar(b));
       if constexpr (kPair) cluster::arrive_remote(cluster::map_to_rank(empty_bar(b), peer));
     }
   };
@@ -464,7 +458,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         a[kk][3] = w[2 * kk + 1][1];
       }
       // Hand P and the rescale factors to the output warpgroup once it has read the last ones.
-      if (i > 0) cluster::wait(p_empty_bar, (i - 1) & 1);
+      if (i > 0) mbarrier::wait(p_empty_bar, (i - 1) & 1);
       const int h0 = hb * 16 + g;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -476,7 +470,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         sAlpha[h0 + 8] = alpha[1];
       }
       wgmma::fence_proxy_async_smem();  // P is read by the tensor cores
-      cluster::arrive_local(p_full_bar);
+      mbarrier::arrive(p_full_bar);
       wgmma::fence();
       if (!(kStageSkip & 4))
 #pragma unroll
@@ -503,7 +497,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const uint64_t v_desc1 = v_desc(Roles::scores_dims);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
-      cluster::wait(p_full_bar, i & 1);
+      mbarrier::wait(p_full_bar, i & 1);
       wait_k_tile(b, i / kWsKBufs);
       const uint64_t vd = wgmma::desc_advance(v_desc1, b * kKBufBytes);
       const float alpha[2] = {sAlpha[hb * 16 + g], sAlpha[hb * 16 + g + 8]};
@@ -516,7 +510,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
       wgmma::commit();
       wgmma::wait<0>();
-      cluster::arrive_local(p_empty_bar);  // its reads of sAlpha are done too
+      mbarrier::arrive(p_empty_bar);  // its reads of sAlpha are done too
       release_k_tile(b);
     }
     ptx::named_barrier_sync(kBarConsumers, kWsConsumers);
