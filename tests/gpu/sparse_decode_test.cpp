@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -43,45 +42,28 @@ struct GpuResult {
   std::vector<float> lse;
 };
 
-// A problem's operands on the device, its plan, and the outputs and partial buffers, poisoned
-// (NaN bytes: every element must be written, and no partial may be read before it is).
-struct DeviceDecode {
-  DeviceDecode(const AttentionProblem& p, DecodeKernel kernel, int forced_splits, LseBase base)
-      : spec(p.spec), q(p.q), cache(p.cache), idx(p.indices), len(p.topk_length),
-        out(static_cast<size_t>(p.rows) * p.heads * kLatentDim), lse(static_cast<size_t>(p.rows) * p.heads) {
-    a = p.host_args();
-    a.q = q.get();
-    a.cache = cache.get();  // with the NaN guard record past the end
-    a.indices = idx.get();
-    a.topk_length = p.topk_length.empty() ? nullptr : len.get();
-    a.lse_base = base;
-    plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, current_device_arch(), forced_splits, kernel);
-    ws = DeviceBuffer<uint8_t>(decode_workspace_layout(plan, p.rows, p.heads).total_bytes);
-    poison();
-  }
-  void poison() {
-    out.fill_bytes(0xFF);
-    lse.fill_bytes(0xFF);
-    ws.fill_bytes(0xFF);
-  }
-  void launch(cudaStream_t stream) { cuda::sparse_decode(spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), stream); }
-
-  RecordSpec spec;
-  DeviceBuffer<uint16_t> q;
-  DeviceBuffer<uint8_t> cache;
-  DeviceBuffer<int32_t> idx, len;
-  DeviceBuffer<uint16_t> out;
-  DeviceBuffer<float> lse;
-  DeviceBuffer<uint8_t> ws;
-  SparseMlaArgs a;
-  DecodePlan plan;
-};
-
 GpuResult run_gpu(const AttentionProblem& p, DecodeKernel kernel, int forced_splits, LseBase base = LseBase::natural) {
-  DeviceDecode d(p, kernel, forced_splits, base);
-  d.launch(nullptr);
+  DeviceBuffer<uint16_t> q(p.q);
+  DeviceBuffer<uint8_t> cache(p.cache);  // with the NaN guard record past the end
+  DeviceBuffer<int32_t> idx(p.indices);
+  DeviceBuffer<int32_t> len(p.topk_length);
+  DeviceBuffer<uint16_t> out(static_cast<size_t>(p.rows) * p.heads * kLatentDim);
+  DeviceBuffer<float> lse(static_cast<size_t>(p.rows) * p.heads);
+  out.fill_bytes(0xFF);  // poison: every element must be written
+  lse.fill_bytes(0xFF);
+  SparseMlaArgs a = p.host_args();
+  a.q = q.get();
+  a.cache = cache.get();
+  a.indices = idx.get();
+  a.topk_length = p.topk_length.empty() ? nullptr : len.get();
+  a.lse_base = base;
+  const auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, current_device_arch(), forced_splits, kernel);
+  const auto ws_layout = decode_workspace_layout(plan, p.rows, p.heads);
+  DeviceBuffer<uint8_t> ws(ws_layout.total_bytes);
+  ws.fill_bytes(0xFF);
+  cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr);
   if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("kernel failed");
-  return {d.plan, d.out.download(), d.lse.download()};
+  return {plan, out.download(), lse.download()};
 }
 
 // The largest error-to-bound ratios of a test, printed when it ends (how close the kernels come
@@ -293,69 +275,6 @@ TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
     ++refused;
   }
   EXPECT_GE(refused, 3);
-}
-
-// Few rows, many splits (the small-batch decode: 3 rows x 128 heads at topk 2048 run 16 splits of
-// 128 entries on the H200): the split merge follows the decode kernel as a programmatic
-// dependent where the device has it (sm_90), so its CTAs are resident before the partials are
-// written. Eager and CUDA-graph runs into NaN-poisoned outputs and partials match the reference,
-// two replays equal the eager run bit for bit, and the captured graph holds a programmatic edge
-// on sm_90a.
-TEST_P(GpuSparseDecode, FewRowsManySplitsEagerAndGraphReplay) {
-  const RecordSpec spec = kAllSpecs[6];
-  ProblemOptions opt;
-  opt.lengths = true;  // ragged rows: some splits of a row see no valid entry
-  for (int heads : {16, 128})
-    for (int forced_splits : {0, 32}) {
-      SCOPED_TRACE("heads " + std::to_string(heads) + " forced splits " + std::to_string(forced_splits));
-      if (!runs(spec, heads)) continue;
-      const auto p = make_problem(spec, 3, heads, 2048, 1000 + heads + forced_splits, opt);
-      DeviceDecode d(p, kernel(), forced_splits, LseBase::natural);
-      ASSERT_GT(d.plan.splits, 1);
-      d.launch(nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const GpuResult eager{d.plan, d.out.download(), d.lse.download()};
-      EXPECT_EQ(compare(p, eager), 0);
-
-      cudaStream_t stream;
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      CUDA_OK(cudaStreamCreate(&stream));  // ordered after the poisoning memsets
-      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      d.launch(stream);
-      CUDA_OK(cudaStreamEndCapture(stream, &graph));
-      size_t edges = 0;
-#if CUDART_VERSION >= 13000
-      CUDA_OK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
-#else
-      CUDA_OK(cudaGraphGetEdges_v2(graph, nullptr, nullptr, nullptr, &edges));
-#endif
-      ASSERT_EQ(edges, 1u);  // the decode kernel, then the merge
-      cudaGraphNode_t from, to;
-      cudaGraphEdgeData edge{};
-#if CUDART_VERSION >= 13000
-      CUDA_OK(cudaGraphGetEdges(graph, &from, &to, &edge, &edges));
-#else
-      CUDA_OK(cudaGraphGetEdges_v2(graph, &from, &to, &edge, &edges));
-#endif
-      // A programmatic edge needs sm_90; a library with sm_90a code (wgmma) launches the merge so there.
-      if (edge.type == cudaGraphDependencyTypeProgrammatic) EXPECT_GE(arch_.cc_major, 9);
-      if (arch_.wgmma) EXPECT_EQ(edge.type, cudaGraphDependencyTypeProgrammatic);
-      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-      for (int replay = 0; replay < 2; ++replay) {
-        SCOPED_TRACE("replay " + std::to_string(replay));
-        d.poison();
-        CUDA_OK(cudaGraphLaunch(exec, stream));
-        CUDA_OK(cudaStreamSynchronize(stream));
-        EXPECT_EQ(d.out.download(), eager.out);
-        const auto lse = d.lse.download();
-        EXPECT_EQ(0, std::memcmp(lse.data(), eager.lse.data(), lse.size() * sizeof(float)));
-      }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(stream);
-    }
-  skip_if_none_ran();
 }
 
 // Small enough for compute-sanitizer: the 64-head path (warp-specialized on sm_90) and the

@@ -12,7 +12,6 @@
 #include <type_traits>
 
 #include "device/cuda_check.h"
-#include "device/dependent_launch.cuh"
 #include "nvfp4mla/cuda/topk.h"
 #include "nvfp4mla/error.h"
 #include "ops/topk/topk_radix.h"
@@ -46,6 +45,15 @@ struct SharedStorage {
   bool last;
   uint32_t cursor[2];  // the filter's next free places within the segment's; resident: the counts before it
 };
+
+// The kernels after a split row's first pass are launched as programmatic dependents of the one
+// before (sm_90 on): their CTAs are scheduled while it drains and wait here, before touching
+// memory, for it to complete and its writes to be visible. Elsewhere a no-op.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // A row's length. A length outside 0..columns is an error (the caller counts it once) and reads
 // as 0, so the row selects nothing.
@@ -330,7 +338,7 @@ template <int PASS>
 __global__ void __launch_bounds__(kThreads)
     topk_split_pass(TopkArgs a, int segments, int64_t segment_len, int64_t candidates, void* ws) {
   __shared__ SharedStorage s;
-  wait_for_primary_grid();
+  wait_for_previous_kernel();
   const int row = static_cast<int>(blockIdx.x / segments), seg = static_cast<int>(blockIdx.x % segments);
   const int64_t len = row_length(a, row, nullptr);
   const int64_t begin = int64_t(seg) * segment_len;
@@ -474,7 +482,7 @@ __device__ void filter_range(SharedStorage& s, const float* __restrict__ v, int6
 __global__ void __launch_bounds__(kThreads) topk_split_write(TopkArgs a, TopkOutputs o, int segments, int64_t segment_len,
                                                              int64_t candidates, void* ws, unsigned long long* error_count) {
   __shared__ SharedStorage s;
-  wait_for_primary_grid();
+  wait_for_previous_kernel();
   const int row = static_cast<int>(blockIdx.x / segments), seg = static_cast<int>(blockIdx.x % segments);
   bool bad = false;
   const int64_t len = row_length(a, row, &bad);
@@ -560,7 +568,7 @@ __global__ void __launch_bounds__(kThreads) topk_split_finish(TopkArgs a, TopkOu
                                                               void* ws, unsigned long long* error_count) {
   extern __shared__ uint32_t keys[];
   __shared__ FinishStorage<kSortItems> s;
-  wait_for_primary_grid();
+  wait_for_previous_kernel();
   const int row = blockIdx.x;
   const int64_t len = row_length(a, row, nullptr);
   const SplitView w = split_view(ws, a.rows, segments, candidates, row);
@@ -849,12 +857,21 @@ int64_t resident_capacity() {
 }
 
 // Launches one kernel of a split row's chain, as a programmatic dependent of the kernel before
-// it when `dependent` (its CTAs are scheduled while that one drains and wait_for_primary_grid
-// before touching memory).
+// it when `dependent` (see wait_for_previous_kernel).
 template <class... Params, class... Args>
 void launch_split_kernel(void (*kernel)(Params...), unsigned grid, size_t smem, cudaStream_t stream, bool dependent,
                          const char* what, Args... args) {
-  launch_kernel(kernel, dim3(grid), dim3(kThreads), smem, stream, dependent, what, args...);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = dependent ? &attribute : nullptr;
+  config.numAttrs = dependent ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...), what);
 }
 
 // The finisher sorting kSortItems columns per thread and how many candidates' keys it can hold in
@@ -883,6 +900,14 @@ Finisher finisher() {
             "top-k finisher shared memory");
   });
   return f;
+}
+
+// Programmatic dependent launch needs compute capability 9.0.
+bool device_has_dependent_launch() {
+  int device = 0, major = 0;
+  check(cudaGetDevice(&device), "top-k: current device");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "top-k: compute capability");
+  return major >= 9;
 }
 
 }  // namespace

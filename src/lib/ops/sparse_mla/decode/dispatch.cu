@@ -98,7 +98,6 @@ void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
   }
   with_record_format(spec, "sparse decode",
                      [&](auto format) { run_kernel<decltype(format)>(plan.kernel, plan, p, a.rows, stream); });
-  // With several splits the merge follows as a programmatic dependent where it can (merge.cu).
   if (plan.splits > 1) launch_merge_splits(p, a.rows, stream);
 }
 

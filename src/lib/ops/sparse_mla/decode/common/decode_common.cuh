@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "device/dependent_launch.cuh"
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/format.h"
 #include "ops/sparse_mla/mma_sm80.cuh"

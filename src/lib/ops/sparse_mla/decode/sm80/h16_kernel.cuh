@@ -93,7 +93,6 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
   namespace L = layout::nvfp4;
   using Smem = H16Smem<F>;
-  allow_dependent_grids();  // the split merge may be scheduled from here on; it waits for this grid to complete
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* sRaw = smem;
   int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);  // top-k index ring

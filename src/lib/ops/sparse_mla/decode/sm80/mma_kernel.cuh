@@ -66,7 +66,6 @@ __device__ __forceinline__ void pv_update(const uint32_t (&w)[NT][2], const __nv
 
 template <int NB, class F>
 __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) sparse_decode_kernel(const DecodeParams p) {
-  allow_dependent_grids();  // the split merge may be scheduled from here on; it waits for this grid to complete
   constexpr int kWarps = kConfig<NB>.warps;
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTile = kConfig<NB>.tile_tokens;

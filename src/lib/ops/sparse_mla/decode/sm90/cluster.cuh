@@ -30,20 +30,6 @@ __device__ __forceinline__ void sync() {
 #endif
 }
 
-// sync() in two halves: every thread arrives, then later waits, once each and in that order
-// before the next sync. Work in between (global loads, nothing that touches the peer or the
-// barriers the arrival publishes) overlaps the barrier's latency.
-__device__ __forceinline__ void arrive() {
-#ifdef NVFP4MLA_CLUSTER
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_arrivals() {
-#ifdef NVFP4MLA_CLUSTER
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-
 // The address of the same shared-memory location in CTA `r` of the cluster.
 __device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, uint32_t r) {
   uint32_t out = addr;

@@ -201,7 +201,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
 #ifdef NVFP4MLA_WGMMA
   static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
   using Smem = H16WgSmem;
-  allow_dependent_grids();  // the split merge may be scheduled from here on; it waits for this grid to complete
   extern __shared__ __align__(128) uint8_t smem[];
   const int row = blockIdx.x, head0 = blockIdx.y * kHeads, split = blockIdx.z;
   const int heads_here = min(kHeads, p.heads - head0);

@@ -66,7 +66,7 @@ struct WsRoles {
   static_assert(scores + output + 2 * producer == 65536 / 128);
   static_assert(scores_dims % 128 == 0 && output_dims % 128 == 0, "n128 output MMAs");
 };
-constexpr int kBarProducer = 1, kBarConsumers = 2, kBarQ = 3;
+constexpr int kBarProducer = 1, kBarConsumers = 2;
 static_assert(kWsTile == decode::kPlannerTile && kWsTile == decode::kWsTile && kWsWideTile == decode::kWsWideTile &&
                   kWsHeads == decode::kWsHeads && kWsThreads == 32 * decode::kWsWarps,
               "the planner's shape of this kernel (kernel_shapes.h)");
@@ -141,7 +141,6 @@ struct WsSmem {
 template <class F, bool kPair, int kTile>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  allow_dependent_grids();  // the split merge may be scheduled from here on; it waits for this grid to complete
   using Smem = WsSmem<F, kPair, kTile>;
   constexpr int kStages = Smem::stages, kIdxRing = 2 * kStages + 1, kTokens = Smem::tokens_per_cta;
   constexpr int kCtas = kPair ? 2 : 1, kWsKBufs = Smem::k_bufs;
@@ -174,32 +173,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
   const bool dequant = !(kStageSkip & 1);
 
-  // Q travels by cp.async, issued by the consumers (the scores warpgroup reads it at its first
-  // MMA; both wait for it below): the producers start their gathers at once instead of after
-  // Q's loads, so with a few tiles per CTA (small batches, many splits) Q's latency overlaps the
-  // first records'. Heads past the group's end are zero bytes read from nowhere.
-  constexpr int q_chunks = kQkDim / 8, q_chunks_per_consumer = kWsHeads * q_chunks / kWsConsumers;
-  static_assert(kWsHeads * q_chunks % kWsConsumers == 0);
-  if (tid < kWsConsumers) {
-    // Unrolled 3 of 18 (ptxas -v: no spill in the single-CTA NVFP4 kernels, which spilled 16
-    // bytes before; the 32-entry pair kernels, which no default plan picks for NVFP4, now do).
-#pragma unroll 3
-    for (int k = 0; k < q_chunks_per_consumer; ++k) {
-      const int c = tid + k * kWsConsumers, h = c / q_chunks, ch = c % q_chunks;
-      const bool here = h < heads_here;
-      ptx::cp_async_16_zfill(sQ + core_offset<kWsHeads>(h, 8 * ch),
-                             p.q + (static_cast<int64_t>(row) * p.heads + head0 + (here ? h : 0)) * kQkDim + 8 * ch,
-                             here ? 16 : 0);
-    }
-    ptx::cp_async_commit();
-  } else {
-    // The split's top-k indices head for L2 meanwhile (the producers' first loads need them
-    // once the barriers are set up): a prefetch every 128 bytes and one at the last entry.
-    const int32_t* split_indices = p.indices + static_cast<int64_t>(row) * p.topk + tile_begin * kWsTile;
-    const int count = min(tile_end * kWsTile, p.topk) - tile_begin * kWsTile;
-    for (int e = (tid - kWsConsumers) * 32; e < count + 31; e += kWsProducers * 32)
-      ptx::prefetch_l2(split_indices + min(e, count - 1));
+  constexpr int q_chunks = kQkDim / 8;
+  for (int c = tid; c < kWsHeads * q_chunks; c += kWsThreads) {
+    const int h = c / q_chunks, ch = c % q_chunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
+    *reinterpret_cast<uint4*>(sQ + core_offset<kWsHeads>(h, 8 * ch)) = v;
   }
+  wgmma::fence_proxy_async_smem();
   const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
   if (tid == 0) {
     for (int b = 0; b < kWsKBufs; ++b) {
@@ -211,14 +192,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     mbarrier::init(p_empty_bar, 128);  // every thread of the output warpgroup
     mbarrier::fence_init();
   }
-  // The peer's barriers exist before anything arrives on them, and this CTA's before anyone waits:
-  // a pair's CTAs arrive here and wait where each role first needs them (setup_wait), so the
-  // producers' first index and record loads overlap the cluster barrier.
-  if constexpr (kPair) cluster::arrive();
+  if constexpr (kPair) cluster::sync();  // the peer's barriers exist before anything arrives on them
   else __syncthreads();
-  auto setup_wait = [] {
-    if constexpr (kPair) cluster::wait_arrivals();
-  };
 
   // The role must be visibly warp-uniform for ptxas to compile each branch under its
   // setmaxnreg budget (the consumers' 128 accumulators do not fit the 128-register entry cap).
@@ -279,7 +254,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       int32_t idx_next = load_index(1);
       Slice cur, next;
       bool valid_next = load_slice(0, load_index(0), cur);
-      setup_wait();
       auto step = [&](int i, Slice& x, Slice& x_next) {
         const int b = i % kWsKBufs;
         const bool valid = valid_next;
@@ -327,7 +301,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       if (copies_indices)
         for (int t = tile_begin; t < min(tile_end, tile_begin + kStages); ++t) issue_index_copy<kTile>(p, row, len, t, idx_of(t), ptid);
       ptx::cp_async_commit();
-      setup_wait();
       ptx::cp_async_wait_group<0>();
       ptx::named_barrier_sync(kBarProducer, kWsProducers);
       auto issue_group = [&](int u) {
@@ -379,11 +352,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
   } else {
   // ---- consumer warpgroups ----
-  setup_wait();
-  // Q landed (each thread's own copies, then every consumer's) and is visible to the tensor cores.
-  ptx::cp_async_wait_all();
-  wgmma::fence_proxy_async_smem();
-  ptx::named_barrier_sync(kBarQ, kWsConsumers);
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
   constexpr int NT = kTile / 8;       // score column blocks per tile
   using Roles = WsRoles<kTile>;
