@@ -116,9 +116,9 @@ inline constexpr int64_t kTopkMinSegment = 4096;   // ... without cutting rows f
 inline constexpr int64_t kTopkMaxSegment = 16384;  // ... and, once it splits, not coarser than this
 inline constexpr int64_t kTopkCandidates = 32768;  // the most candidates a split row may keep (and the default)
 // The planner filters (two reads of the rows and a finisher CTA per row) when rows x columns is
-// at least this; below it the finisher's fixed cost outweighs the two reads it saves (H200:
-// 1 x 1,048,576 and 4 x 163,840 are faster with the three histogram passes, 64 x 131,072 and
-// 16 x 1,048,576 with the filter).
+// at least this; below it the finisher's fixed cost outweighs the two reads it saves (H200, as
+// split_rows: 1 x 1,048,576 and 4 x 163,840 are faster with the three histogram passes, 64 x
+// 131,072 and 16 x 1,048,576 with the filter).
 inline constexpr int64_t kTopkFilterMinEntries = int64_t(1) << 23;
 // Filtering plans take fewer, longer segments: about kTopkCtasPerSm CTAs per SM (rounded down) and
 // at most this many entries each (H200: 64 x 131,072 took 57.3 us in 4 segments, 74.0 in 5 and

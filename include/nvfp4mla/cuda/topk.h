@@ -9,11 +9,13 @@
 // a finisher CTA per row resolves the candidates and sorts the selected columns. Every other row
 // takes all three passes and a compaction in column order (block prefix sums and per-segment
 // offsets). The candidates are counted exactly before any is written, so no buffer can overflow.
-// docs/SELECTION.md describes the algorithm.
+// resident_rows plans run the three passes and the compaction in one cooperative launch, each CTA
+// holding its segment in registers. docs/SELECTION.md describes the algorithm.
 //
 // All pointers are device pointers. Every buffer comes from the caller; nothing is allocated
 // and nothing synchronizes, so the call can be captured in a CUDA graph (split_rows plans issue
-// a cudaMemsetAsync of the workspace and up to five kernels after it).
+// a cudaMemsetAsync of the workspace and up to five kernels after it, resident_rows plans the
+// memset and one kernel).
 //
 // Data the host cannot see is checked on the device and counted in *error_count (when given;
 // read it after the stream work completes): a length outside 0..columns (the row then gives
