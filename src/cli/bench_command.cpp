@@ -301,7 +301,7 @@ void add_bench_command(CLI::App& app) {
   dec->add_option("--topk", f->topk, "top-k entries per row");
   dec->add_option("--splits", f->splits, "force the number of KV splits (0 = planner)");
   dec->add_option("--kernel", f->kernel,
-                  "decode kernel: automatic (the planner's choice), sm80_mma, sm80_h16, sm90_ws, sm90_ws_pair, "
+                  "decode kernel: automatic (the planner's choice), sm80_mma, sm80_h16, sm90_ws, sm90_ws_wide, sm90_ws_pair, "
                   "sm90_ws_pair_wide or sm90_h16 (an error when the device or the shape cannot run it)")
       ->capture_default_str();
   dec->add_option("--capacity", f->capacity, "cache slots the random indices point into (rounded up to a multiple of 65536)")

@@ -132,17 +132,18 @@ TEST(DecodePlan, FewestSplitsWinAmongEqualEstimates) {
   EXPECT_EQ(shapes, 3 * 2 * 5 * static_cast<int64_t>(topks.size()) * 64);
 }
 
-// NVFP4 records with paired 64-head groups run 64-entry K buffers on sm_90: splits hold whole
-// pairs of planner tiles (only a single split of an odd tile count ends on half of one).
+// NVFP4 records with 64-head groups run 64-entry K buffers on sm_90, paired or not: splits hold
+// whole pairs of planner tiles (only a single split of an odd tile count ends on half of one).
 TEST(DecodePlan, WideTilesKeepSplitsWhole) {
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm90_ws_pair_wide);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Bf16Rope, 256), DecodeKernel::sm90_ws_pair_wide);
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 64), DecodeKernel::sm90_ws);  // 64 heads: no pair
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 64), DecodeKernel::sm90_ws_wide);  // 64 heads: no pair
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Bf16Rope, 192), DecodeKernel::sm90_ws_wide);  // an odd group count
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 128), DecodeKernel::sm90_ws_pair);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm90_h16);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 32), DecodeKernel::sm90_ws);  // padded to one 64-head group
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws);
-  for (int heads : {128, 256})
+  for (int heads : {64, 128, 192, 256})
     for (int rows : {1, 4, 32, 256})
       for (int topk : {64, 100, 2048, 2080, 16384})
         for (int forced : {0, 3, 5, 7}) {
@@ -155,7 +156,7 @@ TEST(DecodePlan, WideTilesKeepSplitsWhole) {
   // 64 tiles in 5 splits: 13 tiles each for fp8 records, 14 (seven wide tiles) for NVFP4.
   EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, kH200, 5).tiles_per_split, 13);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200, 5).tiles_per_split, 14);
-  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 64, 2048, kH200, 5).tiles_per_split, 13);
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 64, 2048, kH200, 5).tiles_per_split, 14);
 }
 
 TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
@@ -178,7 +179,13 @@ TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
   EXPECT_EQ(h16.ctas_per_sm, 1);
   EXPECT_EQ(h16.stages, 1);
   EXPECT_EQ(h16.warps, decode::kSm90H16Warps);
-  EXPECT_GE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 64, 2048, kH200).stages, 2);
+  // 64 heads: the 32-entry kernel stages raw records in shared memory; the 64-entry one (the
+  // planner's for NVFP4 records) holds them in registers.
+  EXPECT_GE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 64, 2048, kH200, 0, DecodeKernel::sm90_ws).stages, 2);
+  const auto wide = plan_sparse_decode(kSpecNvfp4Fp8Rope, 128, 64, 2048, kH200);
+  EXPECT_EQ(wide.kernel, DecodeKernel::sm90_ws_wide);
+  EXPECT_EQ(wide.stages, 0);
+  EXPECT_LE(decode::ws_smem_bytes(kSpecNvfp4Bf16Rope.record_bytes(), false, decode::kWsWideTile, 0), decode::kSmemBudgetPerBlock);
 }
 
 TEST(DecodePlan, WorkspaceLayout) {
@@ -220,6 +227,7 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2048, a100, 0, DecodeKernel::sm90_ws), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, kH200, 0, DecodeKernel::sm90_ws_pair), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecFp8, 4, 128, 2048, kH200, 0, DecodeKernel::sm90_ws_pair_wide), Error);
+  EXPECT_THROW(plan_sparse_decode(kSpecBf16, 4, 64, 2048, kH200, 0, DecodeKernel::sm90_ws_wide), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecFp8, 4, 16, 2048, kH200, 0, DecodeKernel::sm80_h16), Error);
   try {
     plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 16, 2048, a100, 0, DecodeKernel::sm90_h16);

@@ -29,6 +29,9 @@ void run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams&
       if constexpr (nvfp4) return launch_decode_h16<F>(p, rows, groups, stream);
       break;
     case DecodeKernel::sm90_ws: return launch_decode_ws<F, false, decode::kWsTile>(p, rows, groups, stream);
+    case DecodeKernel::sm90_ws_wide:
+      if constexpr (nvfp4) return launch_decode_ws<F, false, decode::kWsWideTile>(p, rows, groups, stream);
+      break;
     case DecodeKernel::sm90_ws_pair: return launch_decode_ws<F, true, decode::kWsTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_pair_wide:
       if constexpr (nvfp4) return launch_decode_ws<F, true, decode::kWsWideTile>(p, rows, groups, stream);

@@ -15,15 +15,15 @@ namespace nvfp4mla {
 namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 bool is_sm90(DecodeKernel k) {
-  return k == DecodeKernel::sm90_ws || k == DecodeKernel::sm90_ws_pair || k == DecodeKernel::sm90_ws_pair_wide ||
-         k == DecodeKernel::sm90_h16;
+  return k == DecodeKernel::sm90_ws || k == DecodeKernel::sm90_ws_wide || k == DecodeKernel::sm90_ws_pair ||
+         k == DecodeKernel::sm90_ws_pair_wide || k == DecodeKernel::sm90_h16;
 }
 }  // namespace
 
 const std::vector<DecodeKernel>& all_decode_kernels() {
-  static const std::vector<DecodeKernel> all = {DecodeKernel::sm80_mma,     DecodeKernel::sm80_h16,
-                                                DecodeKernel::sm90_ws,      DecodeKernel::sm90_ws_pair,
-                                                DecodeKernel::sm90_ws_pair_wide, DecodeKernel::sm90_h16};
+  static const std::vector<DecodeKernel> all = {
+      DecodeKernel::sm80_mma,     DecodeKernel::sm80_h16,          DecodeKernel::sm90_ws, DecodeKernel::sm90_ws_wide,
+      DecodeKernel::sm90_ws_pair, DecodeKernel::sm90_ws_pair_wide, DecodeKernel::sm90_h16};
   return all;
 }
 
@@ -33,6 +33,7 @@ const char* to_string(DecodeKernel k) {
     case DecodeKernel::sm80_mma: return "sm80_mma";
     case DecodeKernel::sm80_h16: return "sm80_h16";
     case DecodeKernel::sm90_ws: return "sm90_ws";
+    case DecodeKernel::sm90_ws_wide: return "sm90_ws_wide";
     case DecodeKernel::sm90_ws_pair: return "sm90_ws_pair";
     case DecodeKernel::sm90_ws_pair_wide: return "sm90_ws_pair_wide";
     case DecodeKernel::sm90_h16: return "sm90_h16";
@@ -78,10 +79,12 @@ KernelShape kernel_shape(DecodeKernel kernel, const RecordSpec& spec, int heads)
       s.smem_bytes = h16_smem_bytes(rb);
       break;
     case DecodeKernel::sm90_ws:
+    case DecodeKernel::sm90_ws_wide:
     case DecodeKernel::sm90_ws_pair:
     case DecodeKernel::sm90_ws_pair_wide: {
-      const bool pair = kernel != DecodeKernel::sm90_ws;
-      const int tile = kernel == DecodeKernel::sm90_ws_pair_wide ? kWsWideTile : kWsTile;
+      const bool pair = kernel == DecodeKernel::sm90_ws_pair || kernel == DecodeKernel::sm90_ws_pair_wide;
+      const bool wide = kernel == DecodeKernel::sm90_ws_wide || kernel == DecodeKernel::sm90_ws_pair_wide;
+      const int tile = wide ? kWsWideTile : kWsTile;
       s.head_group = kWsHeads;
       s.warps = kWsWarps;
       s.stages = ws_stages(rb, pair, tile);
@@ -111,7 +114,8 @@ std::optional<std::string> decode_kernel_unsupported(DecodeKernel kernel, const 
   if (heads <= 0) return "needs a positive head count";
   if (arch.cc_major < 8) return "needs compute capability 8.0 or later";
   const bool h16 = kernel == DecodeKernel::sm80_h16 || kernel == DecodeKernel::sm90_h16;
-  if ((h16 || kernel == DecodeKernel::sm90_ws_pair_wide) && !spec.is_nvfp4()) return "runs NVFP4 records only";
+  const bool ws_wide = kernel == DecodeKernel::sm90_ws_wide || kernel == DecodeKernel::sm90_ws_pair_wide;
+  if ((h16 || ws_wide) && !spec.is_nvfp4()) return "runs NVFP4 records only";
   if (is_sm90(kernel) && !arch.wgmma)
     return "needs sm_90a (wgmma, setmaxnreg) and a library built for it; the device is sm_" +
            std::to_string(arch.compute_capability());
@@ -147,7 +151,7 @@ DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec,
   if (heads <= 32 || !arch.wgmma) return DecodeKernel::sm80_mma;
   if (((heads + decode::kWsHeads - 1) / decode::kWsHeads) % 2 == 0 && arch.clusters)
     return spec.is_nvfp4() ? DecodeKernel::sm90_ws_pair_wide : DecodeKernel::sm90_ws_pair;
-  return DecodeKernel::sm90_ws;
+  return spec.is_nvfp4() ? DecodeKernel::sm90_ws_wide : DecodeKernel::sm90_ws;
 }
 
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, const ArchSpec& arch,

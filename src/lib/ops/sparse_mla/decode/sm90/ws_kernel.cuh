@@ -1,6 +1,6 @@
 #pragma once
-// DecodeKernel::sm90_ws, sm90_ws_pair, sm90_ws_pair_wide: warp-specialized decode for 64-head
-// groups (sm_90a: wgmma, setmaxnreg, clusters).
+// DecodeKernel::sm90_ws, sm90_ws_wide, sm90_ws_pair, sm90_ws_pair_wide: warp-specialized decode
+// for 64-head groups (sm_90a: wgmma, setmaxnreg, clusters).
 //
 // Four warpgroups per CTA of 64 query heads, KV tiles of 32 or 64 entries (kTile below):
 //  - two producer warpgroups gather raw records and dequantize each tile into one of two K
@@ -25,7 +25,7 @@
 // consumers.
 //
 // kTile: 32-entry K buffers, raw records staged in shared memory by cp.async kStages tiles
-// ahead; or, for pairs of NVFP4 records, 64-entry K buffers (the softmax, barrier and hand-off
+// ahead; or, for NVFP4 records, 64-entry K buffers (the softmax, barrier and hand-off
 // chain of the scores warpgroup runs once per 64 entries, and the score MMAs are m64n64k16,
 // whose shared-memory reads balance the tensor rate where n32 reads 1.5x what the shared memory
 // delivers). Q and two 64-entry K buffers fill the shared memory, so those producers load their
@@ -58,11 +58,12 @@ constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256,
 // The output dims are split between the two consumers: [0, scores_dims) accumulate in the scores
 // warpgroup, the rest in the output warpgroup. Wide tiles give the scores warpgroup (whose chain
 // sets the pace, and which holds 64-entry score accumulators) a quarter of them.
-template <int kTile>
+template <int kTile, bool kPair>
 struct WsRoles {
-  static constexpr bool wide = kTile == kWsWideTile;
+  static constexpr bool wide = kTile == kWsWideTile, two_entries = wide && !kPair;
   static constexpr int scores_dims = wide ? 128 : 256, output_dims = kLatentDim - scores_dims;
-  static constexpr int scores = wide ? 176 : 216, output = wide ? 224 : 168, producer = wide ? 56 : 64;
+  static constexpr int scores = two_entries ? 160 : wide ? 176 : 216, output = wide ? 224 : 168,
+                       producer = two_entries ? 64 : wide ? 56 : 64;
   static_assert(scores + output + 2 * producer == 65536 / 128);
   static_assert(scores_dims % 128 == 0 && output_dims % 128 == 0, "n128 output MMAs");
 };
@@ -107,8 +108,8 @@ template <class F, bool kPair, int kTile>
 struct WsSmem {
   static constexpr int k_bufs = 2;
   static constexpr bool register_records = kTile == kWsWideTile;
-  static_assert(kTile == kWsTile || (register_records && kPair && F::spec.dtype == CacheDtype::nvfp4_ds_mla),
-                "64-entry tiles: pairs of NVFP4 records only (eight producer threads per entry)");
+  static_assert(kTile == kWsTile || (register_records && F::spec.dtype == CacheDtype::nvfp4_ds_mla),
+                "64-entry tiles: NVFP4 records only (eight producer threads per entry)");
   static constexpr int tokens_per_cta = kPair ? kTile / 2 : kTile;  // records this CTA gathers per tile
   // Bytes the peer delivers per tile (pairs): its half of the K buffer and, with register
   // records, its entries' masks.
@@ -142,6 +143,7 @@ template <class F, bool kPair, int kTile>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F, kPair, kTile>;
+  using Roles = WsRoles<kTile, kPair>;
   constexpr int kStages = Smem::stages, kIdxRing = 2 * kStages + 1, kTokens = Smem::tokens_per_cta;
   constexpr int kCtas = kPair ? 2 : 1, kWsKBufs = Smem::k_bufs;
   constexpr int kStepTiles = kTile / kWsTile;  // planner tiles per K buffer
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
-    NVFP4MLA_SETMAXNREG(dec, WsRoles<kTile>::producer);
+    NVFP4MLA_SETMAXNREG(dec, Roles::producer);
     const bool copies = !(kStageSkip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
@@ -227,41 +229,34 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       mbarrier::arrive(full_bar(b));
     };
     if constexpr (Smem::register_records) {
-      // Eight threads per entry, records loaded into registers one step ahead of their
-      // dequantization; no producer barrier at all. A warp takes 8 entries x 4 consecutive
-      // eighths: each load instruction reads whole sectors of 8 records (not one field of 32), and
-      // each 16-byte store fills four whole core-matrix rows (no bank conflicts).
+      // Eight threads per entry, records loaded into registers ahead of their dequantization; no
+      // producer barrier at all. A warp takes 8 entries x 4 consecutive eighths: each load
+      // instruction reads whole sectors of 8 records (not one field of 32), and each 16-byte store
+      // fills four whole core-matrix rows (no bank conflicts). A pair's CTA gathers 32 entries a
+      // step (one per thread), a single CTA all 64 (two per thread, 32 apart).
       using Slice = Nvfp4Slice<F>;
-      static_assert(kWsProducers == Slice::kParts * kTokens && kTokens == 32 && Slice::kParts == 8);
-      const int pw = ptid / 32, tl = 8 * (pw % 4) + lane % 8, part = 4 * (pw / 4) + lane / 8, t = tok0 + tl;
+      constexpr int kEntries = kTokens / 32;  // entries per producer thread and step
+      static_assert(kWsProducers * kEntries == Slice::kParts * kTokens && Slice::kParts == 8 && kEntries <= 2);
+      const int pw = ptid / 32, tl = 8 * (pw % 4) + lane % 8, part = 4 * (pw / 4) + lane / 8;
+      auto entry = [&](int e) { return tok0 + tl + 32 * e; };
       const int len_here = min(len, tile_end * kWsTile);
       const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
-      auto pos_of = [&](int i) { return (tile_begin + i * kStepTiles) * kWsTile + t; };  // this entry in step i
-      // Raw index of this thread's entry in step i (-1 past the split or the row: never read there).
-      auto load_index = [&](int i) {
-        const int pos = pos_of(i);
+      auto pos_of = [&](int i, int e) { return (tile_begin + i * kStepTiles) * kWsTile + entry(e); };  // entry e in step i
+      // Raw index of this thread's entry e in step i (-1 past the split or the row: never read there).
+      auto load_index = [&](int i, int e) {
+        const int pos = pos_of(i, e);
         return pos < len_here ? __ldg(row_indices + pos) : -1;
       };
-      // Loads step i's slice; returns whether the entry is valid.
-      auto load_slice = [&](int i, int32_t idx, Slice& x) {
-        const int32_t slot = slot_of_index(p, len_here, pos_of(i), idx);
+      // Loads step i's slice of entry e; returns whether the entry is valid.
+      auto load_slice = [&](int i, int e, int32_t idx, Slice& x) {
+        const int32_t slot = slot_of_index(p, len_here, pos_of(i, e), idx);
         load_nvfp4_slice<F>(p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes, part,
                             slot >= 0 && copies, x);
         return slot >= 0;
       };
-      // The entry's mask goes from the part-0 thread into both CTAs' mask arrays.
-      const bool writes_mask = part == 0;
-      int32_t idx_next = load_index(1);
-      Slice cur, next;
-      bool valid_next = load_slice(0, load_index(0), cur);
-      auto step = [&](int i, Slice& x, Slice& x_next) {
-        const int b = i % kWsKBufs;
-        const bool valid = valid_next;
-        if (i + 1 < num_steps) {
-          valid_next = load_slice(i + 1, idx_next, x_next);
-          idx_next = load_index(i + 2);
-        }
-        acquire_buffer(i, b);
+      // Dequantizes a slice into buffer b (both CTAs' for pairs); the entry's mask goes from the
+      // part-0 thread into the mask arrays.
+      auto store_slice = [&](int b, int t, bool valid, const Slice& x) {
         __nv_bfloat16* kt = k_buf(b);
         const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
         const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
@@ -278,18 +273,59 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           *reinterpret_cast<uint4*>(kt + o_r) = r;
           if constexpr (kPair) cluster::store_async(kt_peer + 2 * o_r, r, peer_full);
         }
-        if (writes_mask) {
+        if (part == 0) {
           const float m = valid ? 0.0f : -INFINITY;
           float* mask = sMask + b * kTile + t;
           *mask = m;
           if constexpr (kPair) cluster::store_async(cluster::map_to_rank(ptx::smem_addr(mask), peer), __float_as_uint(m), peer_full);
         }
-        publish_buffer(b);
       };
-      // Two register sets, alternating, so that no slice is copied (a copy would wait for its loads).
-      for (int i = 0; i < num_steps; i += 2) {
-        step(i, cur, next);
-        if (i + 1 < num_steps) step(i + 1, next, cur);
+      if constexpr (kEntries == 1) {
+        // One entry a step: two register sets, alternating, each loaded a whole step ahead (before
+        // the buffer wait); no slice is copied (a copy would wait for its loads).
+        int32_t idx_next = load_index(1, 0);
+        Slice cur, next;
+        bool valid_next = load_slice(0, 0, load_index(0, 0), cur);
+        auto step = [&](int i, Slice& x, Slice& x_next) {
+          const int b = i % kWsKBufs;
+          const bool valid = valid_next;
+          if (i + 1 < num_steps) {
+            valid_next = load_slice(i + 1, 0, idx_next, x_next);
+            idx_next = load_index(i + 2, 0);
+          }
+          acquire_buffer(i, b);
+          store_slice(b, entry(0), valid, x);
+          publish_buffer(b);
+        };
+        for (int i = 0; i < num_steps; i += 2) {
+          step(i, cur, next);
+          if (i + 1 < num_steps) step(i + 1, next, cur);
+        }
+      } else {
+        // Two entries a step in two register sets (four would not fit the producers' budget): each
+        // set is reloaded for the next step as soon as it is dequantized, so one entry's loads
+        // overlap the other's dequantization and the next buffer wait.
+        Slice xs[kEntries];
+        bool valid[kEntries];
+        int32_t idx_next[kEntries];
+#pragma unroll
+        for (int e = 0; e < kEntries; ++e) {
+          valid[e] = load_slice(0, e, load_index(0, e), xs[e]);
+          idx_next[e] = load_index(1, e);
+        }
+        for (int i = 0; i < num_steps; ++i) {
+          const int b = i % kWsKBufs;
+          acquire_buffer(i, b);
+#pragma unroll
+          for (int e = 0; e < kEntries; ++e) {
+            store_slice(b, entry(e), valid[e], xs[e]);
+            if (i + 1 < num_steps) {
+              valid[e] = load_slice(i + 1, e, idx_next[e], xs[e]);
+              idx_next[e] = load_index(i + 2, e);
+            }
+          }
+          publish_buffer(b);
+        }
       }
     } else {
       // Records travel kStages tiles ahead of the dequantized one and their top-k indices kStages
@@ -354,7 +390,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // ---- consumer warpgroups ----
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
   constexpr int NT = kTile / 8;       // score column blocks per tile
-  using Roles = WsRoles<kTile>;
   // Output accumulators: each branch declares and zeroes its own after setmaxnreg (registers
   // shared across the branches would tie the two wgmma pipelines).
   // Byte strides of the core-matrix tiles: next 8 dims (a dim block), next 8 rows.
@@ -382,7 +417,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   };
   if (warpgroup == 0) {
     // ---- scores warpgroup: S, softmax, P, output dims [0, scores_dims) ----
-    NVFP4MLA_SETMAXNREG(inc, WsRoles<kTile>::scores);
+    NVFP4MLA_SETMAXNREG(inc, Roles::scores);
     float o[Roles::scores_dims / 8][4];
     zero_blocks(o);
     SoftmaxState st;
@@ -453,11 +488,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       sInv[hb * 16 + g] = tot.inv[0];
       sInv[hb * 16 + g + 8] = tot.inv[1];
     }
-    ptx::named_barrier_sync(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
+    ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
     store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
   } else {
     // ---- output warpgroup: output dims [scores_dims, 512) with P from shared memory ----
-    NVFP4MLA_SETMAXNREG(inc, WsRoles<kTile>::output);
+    NVFP4MLA_SETMAXNREG(inc, Roles::output);
     float o[Roles::output_dims / 8][4];
     zero_blocks(o);
     constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
@@ -481,7 +516,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       mbarrier::arrive(p_empty_bar);  // its reads of sAlpha are done too
       release_k_tile(b);
     }
-    ptx::named_barrier_sync(kBarConsumers, kWsConsumers);
+    ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);
     RowTotals tot;
     tot.inv[0] = sInv[hb * 16 + g];
     tot.inv[1] = sInv[hb * 16 + g + 8];
