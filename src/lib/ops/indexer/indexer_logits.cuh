@@ -250,20 +250,22 @@ __device__ __forceinline__ void tile_product(float (&acc)[kN / 8][4], const uint
   }
 }
 
-// One block per SM for the wide query blocks, and for mma.sync, whose B fragments need the
-// registers (two blocks of 128 columns spill there); two for wgmma with 128 columns.
-template <Mma E, Source S, int kHp, int kN>
-__global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 1 : 2) indexer_logits_kernel(const Params p) {
-  constexpr int kRows = kN / kHp;
-  using L = Layout<kN>;
-  if (*p.invalid_count != 0) return;  // bad metadata: write nothing
-  extern __shared__ __align__(1024) uint8_t smem[];  // swizzle atoms are 1024-byte aligned
-  uint8_t* sq = smem + L::q_off;
-  float* sw = reinterpret_cast<float*>(smem + L::w_off);
-  RowRange* rr = reinterpret_cast<RowRange*>(smem + L::rows_off);
-  const int tid = threadIdx.x;
+// A block's rows [first_row, first_row + rows_here) (of request `request` in the paged form) and
+// its chunk of relative columns [c0, c1).
+struct QueryBlock {
+  int64_t request, first_row;
+  int rows_here;
+  int64_t c0, c1;
+};
 
-  // ---- setup: the block's rows, their ranges in this chunk, the query block ----------------
+// Block setup of the logits kernels (two-warpgroup and warp-specialized): the block's rows and
+// chunk from its grid position, each row's range in the chunk into rr[0, kCols / kHp), the
+// query block's kCols columns (heads padded to kHp) into sq by cp.async (committed, not waited
+// for) and, when kWeights, their weights into sw in weight_slot order; kBlockThreads threads
+// share the copies. Columns past a row's heads or past the rows are zero.
+template <Source S, int kHp, int kCols, int kBlockThreads, bool kWeights>
+__device__ __forceinline__ QueryBlock setup_query_block(const Params& p, int tid, uint8_t* sq, float* sw, RowRange* rr) {
+  constexpr int kRows = kCols / kHp;
   int64_t request = 0, first_row;
   int rows_here;
   if constexpr (S == Source::paged) {
@@ -289,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     }
     rr[tid] = x;
   }
-  for (int idx = tid; idx < kN * 8; idx += kThreads) {
+  for (int idx = tid; idx < kCols * 8; idx += kBlockThreads) {
     int n, c;
     piece_of(idx, n, c);
     const int r = n / kHp, h = n % kHp;
@@ -298,19 +300,43 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     ptx::cp_async_16_zfill(sq + core_offset(n, c), src, valid ? 16 : 0);
   }
   ptx::cp_async_commit();
-  for (int n = tid; n < kN; n += kThreads) {
-    const int r = n / kHp, h = n % kHp;
-    sw[weight_slot(n)] = (r < rows_here && h < p.heads) ? p.weights[(first_row + r) * p.heads + h] : 0.0f;
+  if constexpr (kWeights) {
+    for (int n = tid; n < kCols; n += kBlockThreads) {
+      const int r = n / kHp, h = n % kHp;
+      sw[weight_slot(n)] = (r < rows_here && h < p.heads) ? p.weights[(first_row + r) * p.heads + h] : 0.0f;
+    }
   }
+  return QueryBlock{request, first_row, rows_here, c0, c1};
+}
+
+// -inf past each row's length in the block's chunk (after the setup's rr is visible to all).
+template <int kBlockThreads>
+__device__ __forceinline__ void write_tails(const Params& p, const QueryBlock& b, const RowRange* rr, int tid) {
+  for (int r = 0; r < b.rows_here; ++r) {
+    float* out = p.logits + (b.first_row + r) * p.stride;
+    for (int64_t j = first_tail_column(rr[r], b.c0) + tid; j < b.c1; j += kBlockThreads) out[j] = -INFINITY;
+  }
+}
+
+// One block per SM for the wide query blocks, and for mma.sync, whose B fragments need the
+// registers (two blocks of 128 columns spill there); two for wgmma with 128 columns.
+template <Mma E, Source S, int kHp, int kN>
+__global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 1 : 2) indexer_logits_kernel(const Params p) {
+  constexpr int kRows = kN / kHp;
+  using L = Layout<kN>;
+  if (*p.invalid_count != 0) return;  // bad metadata: write nothing
+  extern __shared__ __align__(1024) uint8_t smem[];  // swizzle atoms are 1024-byte aligned
+  uint8_t* sq = smem + L::q_off;
+  float* sw = reinterpret_cast<float*>(smem + L::w_off);
+  RowRange* rr = reinterpret_cast<RowRange*>(smem + L::rows_off);
+  const int tid = threadIdx.x;
+
+  // ---- setup: the block's rows, their ranges in this chunk, the query block ----------------
+  const QueryBlock qb = setup_query_block<S, kHp, kN, kThreads, true>(p, tid, sq, sw, rr);
   ptx::cp_async_wait_all();
   wgmma::fence_proxy_async_smem();
   __syncthreads();
-
-  // -inf past each row's length in this chunk's columns.
-  for (int r = 0; r < rows_here; ++r) {
-    float* out = p.logits + (first_row + r) * p.stride;
-    for (int64_t j = first_tail_column(rr[r], c0) + tid; j < c1; j += kThreads) out[j] = -INFINITY;
-  }
+  write_tails<kThreads>(p, qb, rr, tid);
   const Span span = span_of<kRows>(rr);
   if (span.lo >= span.hi) return;
 
@@ -320,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
   const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
   uint8_t* ring = smem + L::keys_off + group * kStages * kTileBytes;
   float* scale_ring = reinterpret_cast<float*>(smem + L::scales_off) + group * kStages * kTileKeys;
-  const TileLoader<S> loader(p, request, gtid);
+  const TileLoader<S> loader(p, qb.request, gtid);
   const TileWalk<kRows> walk{rr, span};
   int32_t load_k = walk.first(group), comp_k = load_k;
 #pragma unroll

@@ -104,33 +104,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int tid = threadIdx.x;
 
   // ---- setup: the block's rows, their ranges in this chunk, the query block, the barriers ----
-  const int64_t first_row = int64_t(blockIdx.x) * kRows;
-  const int rows_here = p.rows - first_row < kRows ? static_cast<int>(p.rows - first_row) : kRows;
-  const int64_t c0 = int64_t(blockIdx.y) * p.chunk, c1 = c0 + p.chunk < p.stride ? c0 + p.chunk : p.stride;
-  if (tid < kRows) {
-    RowRange x{0, 0, 0};
-    if (tid < rows_here) {
-      const int64_t row = first_row + tid;
-      x = row_range(p.row_starts[row], int64_t(p.row_ends[row]) - p.row_starts[row], c0, c1, row, p.stride);
-    }
-    rr[tid] = x;
-  }
-  for (int idx = tid; idx < kWsQueryCols * 8; idx += kWsThreads) {
-    int n, c;
-    piece_of(idx, n, c);
-    const int r = n / kHp, h = n % kHp;
-    const bool valid = r < rows_here && h < p.heads;
-    const uint8_t* src = p.q + (valid ? ((first_row + r) * p.heads + h) * kDim + c * 16 : 0);
-    ptx::cp_async_16_zfill(sq + core_offset(n, c), src, valid ? 16 : 0);
-  }
-  ptx::cp_async_commit();
-  if constexpr (!L::kWeightsInRegisters) {
-    float* sw = reinterpret_cast<float*>(smem + L::w_off);
-    for (int n = tid; n < kWsQueryCols; n += kWsThreads) {
-      const int r = n / kHp, h = n % kHp;
-      sw[weight_slot(n)] = (r < rows_here && h < p.heads) ? p.weights[(first_row + r) * p.heads + h] : 0.0f;
-    }
-  }
+  // (With 64 heads the math threads load their weights into registers themselves.)
+  const QueryBlock qb = setup_query_block<Source::contiguous, kHp, kWsQueryCols, kWsThreads, !L::kWeightsInRegisters>(
+      p, tid, sq, reinterpret_cast<float*>(smem + L::w_off), rr);
+  const int64_t first_row = qb.first_row;
+  const int rows_here = qb.rows_here;
   if (tid == 0) {
     for (int s = 0; s < kWsKeyStages; ++s) mbarrier::init(key_full(s), 1);  // the loader's expect-tx arrival (+ the TMA bytes)
     for (int s = 0; s < kWsEpilogueStages; ++s) {
@@ -143,11 +121,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   wgmma::fence_proxy_async_smem();
   __syncthreads();
 
-  // -inf past each row's length in this chunk's columns.
-  for (int r = 0; r < rows_here; ++r) {
-    float* out = p.logits + (first_row + r) * p.stride;
-    for (int64_t j = first_tail_column(rr[r], c0) + tid; j < c1; j += kWsThreads) out[j] = -INFINITY;
-  }
+  write_tails<kWsThreads>(p, qb, rr, tid);
   const Span span = span_of<kRows>(rr);
   if (span.lo >= span.hi) return;
   const TileWalk<kRows, kWsBlockKeys, 1> walk{rr, span};

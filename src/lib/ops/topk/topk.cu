@@ -122,31 +122,35 @@ __device__ __forceinline__ bool entry_valid(const Round& r, Full, int u, int j) 
   return Full::value || j < r.avail[u];
 }
 
+// Counts one key in pass PASS's histogram: its digit, when its higher digits equal `prefix`
+// (the digits the earlier passes chose; pass 0: always). Passes 1 and 2 count keys above the
+// prefix in `above`.
+template <int PASS>
+__device__ __forceinline__ void count_digit(uint32_t key, uint32_t prefix, uint32_t* hist, uint32_t& above) {
+  constexpr int kShift = digit_shift(PASS);
+  constexpr uint32_t kMask = (1u << digit_bits(PASS)) - 1;
+  if constexpr (PASS == 0) {
+    atomicAdd(&hist[key >> kShift], 1u);
+  } else {
+    const uint32_t high = key >> (kShift + digit_bits(PASS));
+    if (high == prefix)
+      atomicAdd(&hist[(key >> kShift) & kMask], 1u);
+    else if (high > prefix)
+      ++above;
+  }
+}
+
 // Histogram of pass PASS's digit over the entries [begin, end) of a row whose keys start with
-// `prefix` (the digits the earlier passes chose). Passes 1 and 2 also count, per thread, the
-// entries whose key is above the prefix.
+// `prefix` (count_digit).
 template <int PASS>
 __device__ void histogram_range(const float* __restrict__ v, int64_t begin, int64_t end, bool vec, uint32_t prefix,
                                 uint32_t* hist, uint32_t& above) {
-  constexpr int kShift = digit_shift(PASS);
-  constexpr uint32_t kMask = (1u << digit_bits(PASS)) - 1;
   walk(v, begin, end, vec, [&](const Round& r, int64_t, auto full) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        if (!entry_valid(r, full, u, j)) continue;
-        const uint32_t key = order_key(r.bits[u][j]);
-        if constexpr (PASS == 0) {
-          atomicAdd(&hist[key >> kShift], 1u);
-        } else {
-          const uint32_t high = key >> (kShift + digit_bits(PASS));
-          if (high == prefix)
-            atomicAdd(&hist[(key >> kShift) & kMask], 1u);
-          else if (high > prefix)
-            ++above;
-        }
-      }
+      for (int j = 0; j < kVec; ++j)
+        if (entry_valid(r, full, u, j)) count_digit<PASS>(order_key(r.bits[u][j]), prefix, hist, above);
   });
 }
 
@@ -192,6 +196,24 @@ __device__ __forceinline__ void write_selected(const TopkArgs& a, const TopkOutp
   if (o.values) o.values[at] = value;
 }
 
+// One entry of a compaction in column order (compact_range): written at its place when
+// selected, with value_of() its value (read only then). g and e count the selected entries above
+// T and the entries equal to T before it (T != 0), and move past it; ties = T != 0 ? need : 0.
+// (key by reference: with a copy ptxas schedules compact_range's loop differently.)
+template <class ValueOf>
+__device__ __forceinline__ void place_if_selected(const TopkArgs& a, const TopkOutputs& o, int row, int64_t col,
+                                                  const uint32_t& key, uint32_t T, uint32_t need, uint32_t ties,
+                                                  uint32_t& g, uint32_t& e, ValueOf value_of,
+                                                  unsigned long long* error_count) {
+  if (key > T) {
+    write_selected(a, o, row, g + min(e, ties), col, value_of(), error_count);
+    ++g;
+  } else if (T != 0 && key == T) {
+    if (e < need) write_selected(a, o, row, g + e, col, value_of(), error_count);
+    ++e;
+  }
+}
+
 // The selected entries of [begin, end) of a row, in column order: keys above the threshold T,
 // and keys equal to T (T != 0) while fewer than `need` of those came before. gt_before and
 // eq_before count the row's entries above and equal to T before `begin`. An entry's output
@@ -221,13 +243,7 @@ __device__ void compact_range(SharedStorage& s, const TopkArgs& a, const TopkOut
 #pragma unroll
     for (int j = 0; j < kItems; ++j) {
       const int64_t col = tile + threadIdx.x * kItems + j;
-      if (key[j] > T) {
-        write_selected(a, o, row, g + min(e, ties), col, x[j], error_count);
-        ++g;
-      } else if (T != 0 && key[j] == T) {
-        if (e < need) write_selected(a, o, row, g + e, col, x[j], error_count);
-        ++e;
-      }
+      place_if_selected(a, o, row, col, key[j], T, need, ties, g, e, [&] { return x[j]; }, error_count);
     }
     gt_before += total & 0xFFFFu;
     eq_before += total >> 16;
@@ -526,8 +542,6 @@ struct FinishStorage {
 // k_rem, returns how many keys share the extended prefix.
 template <int PASS, class Storage, class KeyOf>
 __device__ uint32_t finish_pass(Storage& s, uint32_t n, uint32_t& prefix, uint32_t& k_rem, KeyOf key_of) {
-  constexpr int kShift = digit_shift(PASS);
-  constexpr uint32_t kMask = (1u << digit_bits(PASS)) - 1;
   for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
   __syncthreads();
   constexpr int kBatch = 8;  // key_of may load from global memory: all of a batch's loads first
@@ -542,11 +556,8 @@ __device__ uint32_t finish_pass(Storage& s, uint32_t n, uint32_t& prefix, uint32
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      if (!counted[u]) continue;
-      if constexpr (PASS == 0)
-        atomicAdd(&s.hist[key[u] >> kShift], 1u);
-      else if ((key[u] >> (kShift + digit_bits(PASS))) == prefix)
-        atomicAdd(&s.hist[(key[u] >> kShift) & kMask], 1u);
+      uint32_t above = 0;  // unused: the finisher counts only the keys with the prefix
+      if (counted[u]) count_digit<PASS>(key[u], prefix, s.hist, above);
     }
   }
   __syncthreads();
@@ -717,8 +728,6 @@ template <int PASS>
 __device__ void resident_pass(SharedStorage& s, const SplitView& w, const uint32_t (&key)[kUnroll][kVec], int n, int seg,
                               uint32_t nseg, uint32_t& prefix, uint32_t& k_rem, uint32_t* gt_before = nullptr,
                               uint32_t* eq_before = nullptr) {
-  constexpr int kShift = digit_shift(PASS);
-  constexpr uint32_t kMask = (1u << digit_bits(PASS)) - 1;
   constexpr int kDigitBins = 1 << digit_bits(PASS);
   for (int b = threadIdx.x; b < kDigitBins; b += kThreads) s.hist[b] = 0;
   if (threadIdx.x == 0) s.above = 0;
@@ -727,18 +736,8 @@ __device__ void resident_pass(SharedStorage& s, const SplitView& w, const uint32
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      if (resident_entry(u, j) >= n) continue;
-      if constexpr (PASS == 0) {
-        atomicAdd(&s.hist[key[u][j] >> kShift], 1u);
-      } else {
-        const uint32_t high = key[u][j] >> (kShift + digit_bits(PASS));
-        if (high == prefix)
-          atomicAdd(&s.hist[(key[u][j] >> kShift) & kMask], 1u);
-        else if (high > prefix)
-          ++above;
-      }
-    }
+    for (int j = 0; j < kVec; ++j)
+      if (resident_entry(u, j) < n) count_digit<PASS>(key[u][j], prefix, s.hist, above);
   if (above) atomicAdd(&s.above, above);
   __syncthreads();
   for (int b = threadIdx.x; b < kDigitBins; b += kThreads)
@@ -799,13 +798,8 @@ __device__ void resident_compact(SharedStorage& s, const TopkArgs& a, const Topk
     for (int j = 0; j < kVec; ++j) {
       if (resident_entry(u, j) >= n) continue;
       const int64_t col = begin + resident_entry(u, j);
-      if (key[u][j] > T) {
-        write_selected(a, o, row, g + min(e, ties), col, o.values ? v[col] : 0.0f, error_count);
-        ++g;
-      } else if (T != 0 && key[u][j] == T) {
-        if (e < need) write_selected(a, o, row, g + e, col, o.values ? v[col] : 0.0f, error_count);
-        ++e;
-      }
+      place_if_selected(a, o, row, col, key[u][j], T, need, ties, g, e, [&] { return o.values ? v[col] : 0.0f; },
+                        error_count);
     }
     gt_before += total & 0xFFFFu;
     eq_before += total >> 16;
