@@ -67,7 +67,7 @@ struct WsRoles {
   static_assert(scores + output + 2 * producer == 65536 / 128);
   static_assert(scores_dims % 128 == 0 && output_dims % 128 == 0, "n128 output MMAs");
 };
-constexpr int kBarProducer = 1, kBarConsumers = 2;
+constexpr int kBarProducer = 1, kBarConsumers = 2, kBarQ = 3;
 static_assert(kWsTile == decode::kPlannerTile && kWsTile == decode::kWsTile && kWsWideTile == decode::kWsWideTile &&
                   kWsHeads == decode::kWsHeads && kWsThreads == 32 * decode::kWsWarps,
               "the planner's shape of this kernel (kernel_shapes.h)");
@@ -175,14 +175,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
   const bool dequant = !(kStageSkip & 1);
 
-  constexpr int q_chunks = kQkDim / 8;
-  for (int c = tid; c < kWsHeads * q_chunks; c += kWsThreads) {
-    const int h = c / q_chunks, ch = c % q_chunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
-    *reinterpret_cast<uint4*>(sQ + core_offset<kWsHeads>(h, 8 * ch)) = v;
-  }
-  wgmma::fence_proxy_async_smem();
   const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
   if (tid == 0) {
     for (int b = 0; b < kWsKBufs; ++b) {
@@ -389,6 +381,21 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   } else {
   // ---- consumer warpgroups ----
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
+  // Q is loaded by the consumer warpgroup with the larger register budget (after its setmaxnreg)
+  // while the producers gather the first records: the CTA's start waits for the longer of the
+  // two, not for both in turn. The other consumer waits for it at the same named barrier.
+  constexpr int kQLoader = Roles::output > Roles::scores ? 1 : 0;
+  auto load_q = [&] {
+    constexpr int q_chunks = kQkDim / 8;
+    for (int c = tid - 128 * kQLoader; c < kWsHeads * q_chunks; c += 128) {
+      const int h = c / q_chunks, ch = c % q_chunks;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (h < heads_here) v = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(row) * p.heads + head0 + h) * kQkDim + 8 * ch);
+      *reinterpret_cast<uint4*>(sQ + core_offset<kWsHeads>(h, 8 * ch)) = v;
+    }
+    wgmma::fence_proxy_async_smem();
+    ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);
+  };
   constexpr int NT = kTile / 8;       // score column blocks per tile
   // Output accumulators: each branch declares and zeroes its own after setmaxnreg (registers
   // shared across the branches would tie the two wgmma pipelines).
@@ -418,6 +425,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (warpgroup == 0) {
     // ---- scores warpgroup: S, softmax, P, output dims [0, scores_dims) ----
     NVFP4MLA_SETMAXNREG(inc, Roles::scores);
+    if constexpr (kQLoader == 0) load_q();
+    else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);  // Q is in place
     float o[Roles::scores_dims / 8][4];
     zero_blocks(o);
     SoftmaxState st;
@@ -493,6 +502,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   } else {
     // ---- output warpgroup: output dims [scores_dims, 512) with P from shared memory ----
     NVFP4MLA_SETMAXNREG(inc, Roles::output);
+    if constexpr (kQLoader == 1) load_q();
+    else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);
     float o[Roles::output_dims / 8][4];
     zero_blocks(o);
     constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
