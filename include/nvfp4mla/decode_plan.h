@@ -20,9 +20,9 @@ enum class DecodeKernel {
   sm80_mma,           // any format; 16-, 32- or 64-head groups by head count
   sm80_h16,           // NVFP4 records, 16-head groups, dequantization fed into registers
   sm90_ws,            // 64-head groups, warp-specialized, 32-entry tiles, one CTA per group
-  sm90_ws_wide,       // ... with 64-entry tiles, NVFP4 records
+  sm90_ws_wide,       // ... with 64-entry tiles, NVFP4 and FP8 records
   sm90_ws_pair,       // ... the two groups of a row as a 2-CTA cluster (an even number of groups)
-  sm90_ws_pair_wide,  // ... with 64-entry tiles, NVFP4 records
+  sm90_ws_pair_wide,  // ... with 64-entry tiles, NVFP4 and FP8 records
   sm90_h16,           // NVFP4 records, 16-head groups, wgmma with the entries as M
 };
 // Every concrete kernel (not `automatic`), in declaration order.

@@ -140,8 +140,8 @@ TEST_P(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
 }
 
 TEST_P(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
-  // 16 and 128 heads with NVFP4 records: 64-entry tiles on sm_90; topk 2080 is 65 planner tiles,
-  // so with one split the last 64-entry tile is half past the end. 24 heads: two 16-head groups,
+  // fp8 records (on the wide kernels) and NVFP4 records (16 heads too): 64-entry tiles on sm_90;
+  // topk 2080 is 65 planner tiles, so with one split the last 64-entry tile is half past the end. 24 heads: two 16-head groups,
   // the second one half full.
   for (const auto& spec : {kAllSpecs[1], kAllSpecs[6]})
     for (int heads : {16, 24, 64, 128})
@@ -244,8 +244,8 @@ TEST_P(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
 // A plan that names no kernel, or one the device cannot run, is refused before any launch.
 TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
   NVFP4MLA_REQUIRE_GPU();
-  // fp8 records: no 16-head or wide-tile kernel reads them, on any device.
-  const auto p = make_problem(kAllSpecs[1], 2, 128, 256, 5);
+  // bf16 records: no 16-head or wide-tile kernel reads them, on any device.
+  const auto p = make_problem(kAllSpecs[0], 2, 128, 256, 5);
   const ArchSpec arch = current_device_arch();
   int refused = 0;
   auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, arch);
@@ -278,16 +278,18 @@ TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
 }
 
 // Small enough for compute-sanitizer: the 64-head path (warp-specialized on sm_90) and the
-// 16-head path, several splits, masked entries, an empty row.
+// 16-head path, several splits, masked entries, an empty row; NVFP4 and fp8 records (the two
+// register-slice formats of the 64-entry kernels).
 TEST_P(GpuSparseDecode, SanitizerSized) {
   ProblemOptions opt;
   opt.lengths = true;
-  for (int heads : {16, 64, 128}) {  // 128: the cluster-pair kernels on sm_90
-    SCOPED_TRACE(heads);
-    if (!runs(kAllSpecs[6], heads)) continue;
-    const auto p = make_problem(kAllSpecs[6], 3, heads, 200, 123, opt);
-    EXPECT_EQ(compare(p, run(p, 2)), 0);
-  }
+  for (const auto& spec : {kAllSpecs[6], kAllSpecs[1]})
+    for (int heads : {16, 64, 128}) {  // 128: the cluster-pair kernels on sm_90
+      SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads));
+      if (!runs(spec, heads)) continue;
+      const auto p = make_problem(spec, 3, heads, 200, 123, opt);
+      EXPECT_EQ(compare(p, run(p, 2)), 0);
+    }
   skip_if_none_ran();
 }
 

@@ -157,6 +157,9 @@ TEST(DecodePlan, WideTilesKeepSplitsWhole) {
   EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, kH200, 5).tiles_per_split, 13);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200, 5).tiles_per_split, 14);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 64, 2048, kH200, 5).tiles_per_split, 14);
+  // fp8 records on the wide kernels (by request): whole wide tiles too.
+  EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, kH200, 5, DecodeKernel::sm90_ws_pair_wide).tiles_per_split, 14);
+  EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 64, 2048, kH200, 5, DecodeKernel::sm90_ws_wide).tiles_per_split, 14);
 }
 
 TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
@@ -186,6 +189,14 @@ TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
   EXPECT_EQ(wide.kernel, DecodeKernel::sm90_ws_wide);
   EXPECT_EQ(wide.stages, 0);
   EXPECT_LE(decode::ws_smem_bytes(kSpecNvfp4Bf16Rope.record_bytes(), false, decode::kWsWideTile, 0), decode::kSmemBudgetPerBlock);
+  // fp8 records in the 64-entry kernels: in registers too, in the same shared memory.
+  for (const DecodeKernel k : {DecodeKernel::sm90_ws_wide, DecodeKernel::sm90_ws_pair_wide}) {
+    const auto fp8_wide = plan_sparse_decode(kSpecFp8, 128, 128, 2048, kH200, 0, k);
+    EXPECT_EQ(fp8_wide.stages, 0);
+    EXPECT_EQ(fp8_wide.tile_tokens, decode::kPlannerTile);
+    EXPECT_EQ(decode::kernel_shape(k, kSpecFp8, 128).smem_bytes, decode::kernel_shape(k, kSpecNvfp4Fp8Rope, 128).smem_bytes);
+    EXPECT_LE(decode::kernel_shape(k, kSpecFp8, 128).smem_bytes, decode::kSmemBudgetPerBlock);
+  }
 }
 
 TEST(DecodePlan, WorkspaceLayout) {
@@ -226,9 +237,16 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   // Requests the device or the problem cannot serve.
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2048, a100, 0, DecodeKernel::sm90_ws), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, kH200, 0, DecodeKernel::sm90_ws_pair), Error);
-  EXPECT_THROW(plan_sparse_decode(kSpecFp8, 4, 128, 2048, kH200, 0, DecodeKernel::sm90_ws_pair_wide), Error);
+  EXPECT_THROW(plan_sparse_decode(kSpecBf16, 4, 128, 2048, kH200, 0, DecodeKernel::sm90_ws_pair_wide), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecBf16, 4, 64, 2048, kH200, 0, DecodeKernel::sm90_ws_wide), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecFp8, 4, 16, 2048, kH200, 0, DecodeKernel::sm80_h16), Error);
+  // The wide kernels take NVFP4 and fp8 records, not bf16 ones (K rows already: nothing to dequantize).
+  for (const DecodeKernel k : {DecodeKernel::sm90_ws_wide, DecodeKernel::sm90_ws_pair_wide}) {
+    EXPECT_FALSE(decode_kernel_unsupported(k, kH200, kSpecFp8, 128).has_value()) << to_string(k);
+    const auto why = decode_kernel_unsupported(k, kH200, kSpecBf16, 128);
+    ASSERT_TRUE(why.has_value()) << to_string(k);
+    EXPECT_NE(why->find("NVFP4 and FP8 records only"), std::string::npos) << *why;
+  }
   try {
     plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 16, 2048, a100, 0, DecodeKernel::sm90_h16);
     ADD_FAILURE() << "no error";

@@ -8,6 +8,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/format.h"
@@ -241,23 +242,31 @@ __device__ __forceinline__ void dequant_unit(const uint8_t* rec, int u, float la
   dequant_unit<F>(rec, u, layer_scale, contiguous(dst));
 }
 
-// The eighth of an NVFP4 record that one of eight threads per entry dequantizes in the 64-entry
-// warp-specialized kernel, loaded from global memory straight into registers: latent groups
-// [4 part, 4 part + 4), RoPE values [8 part, 8 part + 8) and the record's two outer-scale
-// fields. A masked entry's slice is all zero bits, which dequantize to exact zeros.
+// The eighth of a record that one of eight threads per entry dequantizes in the 64-entry
+// warp-specialized kernel, loaded from global memory straight into registers: latent units
+// [4 part, 4 part + 4) (dims [64 part, 64 part + 64)) and RoPE values [8 part, 8 part + 8), with
+// the scale fields they need. A masked entry's slice is all zero bits, which dequantize to exact
+// zeros. One slice type per record format (RecordSlice), each with the same interface:
+// load_record_slice, slice_latent_scale, slice_group_words (unit j of the four, 16 BF16 values)
+// and slice_rope_words (the eight RoPE values as one word).
+inline constexpr int kSliceParts = 8, kSliceUnits = kLatentUnits / kSliceParts, kSliceRopeValues = kRopeDim / kSliceParts;
+static_assert(kSliceUnits == 4 && kSliceRopeValues == 8);
+
+// NVFP4: the part's four groups of nibbles and scale bytes, the RoPE scale and token scale.
 template <class F>
 struct Nvfp4Slice {
   static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
-  static constexpr int kParts = 8, kGroups = layout::nvfp4::kNumGroups / kParts, kRopeValues = kRopeDim / kParts;
+  static constexpr int kParts = kSliceParts, kGroups = kSliceUnits, kRopeValues = kSliceRopeValues;
   static constexpr bool kFp8Rope = F::spec.rope == RopeEncoding::fp8;
-  static_assert(kGroups == 4 && kRopeValues == 8, "two 16-byte nibble loads, four scale bytes, eight RoPE values");
+  static_assert(layout::nvfp4::kNumGroups == kParts * kGroups && layout::nvfp4::kGroupSize == 16,
+                "two 16-byte nibble loads, four scale bytes");
   uint4 nib[2];
   uint32_t group_scales;
   uint2 outer;  // RoPE scale, token scale (fp32 bits)
   uint4 rope;   // fp8: .x .y hold 8 E4M3 bytes; bf16: 8 values
 };
 template <class F>
-__device__ __forceinline__ void load_nvfp4_slice(const uint8_t* __restrict__ rec, int part, bool valid, Nvfp4Slice<F>& x) {
+__device__ __forceinline__ void load_record_slice(const uint8_t* __restrict__ rec, int part, bool valid, Nvfp4Slice<F>& x) {
   namespace L = layout::nvfp4;
   using S = Nvfp4Slice<F>;
   static_assert(L::kTokenScaleOffset == L::kRopeScaleOffset + 4 && L::kRopeScaleOffset % 8 == 0);
@@ -300,5 +309,54 @@ __device__ __forceinline__ uint4 slice_rope_words(const Nvfp4Slice<F>& x) {
   if constexpr (Nvfp4Slice<F>::kFp8Rope) return e4m3x8_scaled_words(x.rope.x, x.rope.y, __uint_as_float(x.outer.x));
   else return x.rope;
 }
+
+// FP8: the part's 64 E4M3 latent bytes, the scale of the 128-dim tile they lie in, and its eight
+// BF16 RoPE values.
+template <class F>
+struct Fp8Slice {
+  static_assert(F::spec.dtype == CacheDtype::fp8_ds_mla);
+  static constexpr int kParts = kSliceParts, kGroups = kSliceUnits, kRopeValues = kSliceRopeValues;
+  static constexpr int kPartDims = kLatentDim / kParts;
+  static_assert(layout::fp8::kTileDim % kPartDims == 0, "a part's latent dims share one tile scale");
+  uint4 latent[kGroups];  // 16 E4M3 bytes per unit
+  float tile_scale;
+  uint4 rope;  // 8 BF16 values
+};
+template <class F>
+__device__ __forceinline__ void load_record_slice(const uint8_t* __restrict__ rec, int part, bool valid, Fp8Slice<F>& x) {
+  namespace L = layout::fp8;
+  using S = Fp8Slice<F>;
+  if (!valid) {
+#pragma unroll
+    for (int j = 0; j < S::kGroups; ++j) x.latent[j] = make_uint4(0, 0, 0, 0);
+    x.tile_scale = 0.0f;
+    x.rope = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  asm volatile("" : "+r"(part));  // offsets recomputed per call, as for NVFP4 slices
+  const uint4* latent = reinterpret_cast<const uint4*>(rec + L::kLatentOffset + S::kPartDims * part);
+#pragma unroll
+  for (int j = 0; j < S::kGroups; ++j) x.latent[j] = __ldg(latent + j);
+  x.tile_scale = __ldg(reinterpret_cast<const float*>(rec + L::kTileScaleOffset) + S::kPartDims * part / L::kTileDim);
+  x.rope = __ldg(reinterpret_cast<const uint4*>(rec + L::kRopeOffset + 2 * S::kRopeValues * part));
+}
+template <class F>
+__device__ __forceinline__ float slice_latent_scale(const Fp8Slice<F>& x, float) {
+  return x.tile_scale;
+}
+// Unit j of the part: e4m3 * tile scale in fp32, rounded once to BF16 (as dequant_unit_words).
+template <class F>
+__device__ __forceinline__ Words16 slice_group_words(const Fp8Slice<F>& x, int j, float latent_scale) {
+  const uint4& b = x.latent[j];
+  return {e4m3x8_scaled_words(b.x, b.y, latent_scale), e4m3x8_scaled_words(b.z, b.w, latent_scale)};
+}
+template <class F>
+__device__ __forceinline__ uint4 slice_rope_words(const Fp8Slice<F>& x) {
+  return x.rope;
+}
+
+// The register slice of format F's records.
+template <class F>
+using RecordSlice = std::conditional_t<F::spec.dtype == CacheDtype::nvfp4_ds_mla, Nvfp4Slice<F>, Fp8Slice<F>>;
 
 }  // namespace nvfp4mla::cuda

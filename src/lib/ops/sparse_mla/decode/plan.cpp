@@ -115,7 +115,8 @@ std::optional<std::string> decode_kernel_unsupported(DecodeKernel kernel, const 
   if (arch.cc_major < 8) return "needs compute capability 8.0 or later";
   const bool h16 = kernel == DecodeKernel::sm80_h16 || kernel == DecodeKernel::sm90_h16;
   const bool ws_wide = kernel == DecodeKernel::sm90_ws_wide || kernel == DecodeKernel::sm90_ws_pair_wide;
-  if ((h16 || ws_wide) && !spec.is_nvfp4()) return "runs NVFP4 records only";
+  if (h16 && !spec.is_nvfp4()) return "runs NVFP4 records only";
+  if (ws_wide && spec.dtype == CacheDtype::bf16) return "runs NVFP4 and FP8 records only";
   if (is_sm90(kernel) && !arch.wgmma)
     return "needs sm_90a (wgmma, setmaxnreg) and a library built for it; the device is sm_" +
            std::to_string(arch.compute_capability());

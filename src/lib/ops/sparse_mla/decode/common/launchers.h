@@ -15,7 +15,8 @@ void launch_sm80_mma(const DecodeParams& p, int head_group, int rows, int head_g
 template <class F>
 void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
 // sm90/ws_kernel.cuh: DecodeKernel::sm90_ws (kPair false, kTile 32), sm90_ws_wide (false, 64;
-// NVFP4 formats), sm90_ws_pair (true, 32) and sm90_ws_pair_wide (true, 64; NVFP4 formats).
+// NVFP4 and FP8 formats), sm90_ws_pair (true, 32) and sm90_ws_pair_wide (true, 64; NVFP4 and FP8
+// formats).
 template <class F, bool kPair, int kTile>
 void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
 // sm90/h16_kernel.cuh: DecodeKernel::sm90_h16 (NVFP4 formats).

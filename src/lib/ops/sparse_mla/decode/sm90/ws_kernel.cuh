@@ -25,7 +25,7 @@
 // consumers.
 //
 // kTile: 32-entry K buffers, raw records staged in shared memory by cp.async kStages tiles
-// ahead; or, for NVFP4 records, 64-entry K buffers (the softmax, barrier and hand-off
+// ahead; or, for NVFP4 and FP8 records, 64-entry K buffers (the softmax, barrier and hand-off
 // chain of the scores warpgroup runs once per 64 entries, and the score MMAs are m64n64k16,
 // whose shared-memory reads balance the tensor rate where n32 reads 1.5x what the shared memory
 // delivers). Q and two 64-entry K buffers fill the shared memory, so those producers load their
@@ -54,7 +54,7 @@ constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256,
 // producer warpgroup. (A third producer warpgroup does not fit: with 640 threads the launch
 // leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
 // Wide tiles: 176 / 224 / 56 is the split with neither spills nor a stack frame (ptxas -v) in
-// every NVFP4 instantiation; the 56-register producers hold one record slice in flight.
+// every NVFP4 and FP8 instantiation; the 56-register producers hold one record slice in flight.
 // The output dims are split between the two consumers: [0, scores_dims) accumulate in the scores
 // warpgroup, the rest in the output warpgroup. Wide tiles give the scores warpgroup (whose chain
 // sets the pace, and which holds 64-entry score accumulators) a quarter of them.
@@ -108,8 +108,8 @@ template <class F, bool kPair, int kTile>
 struct WsSmem {
   static constexpr int k_bufs = 2;
   static constexpr bool register_records = kTile == kWsWideTile;
-  static_assert(kTile == kWsTile || (register_records && F::spec.dtype == CacheDtype::nvfp4_ds_mla),
-                "64-entry tiles: NVFP4 records only (eight producer threads per entry)");
+  static_assert(kTile == kWsTile || (register_records && !F::kRawIsKRow),
+                "64-entry tiles: NVFP4 and FP8 records only (a register slice per format, kv_tile.cuh)");
   static constexpr int tokens_per_cta = kPair ? kTile / 2 : kTile;  // records this CTA gathers per tile
   // Bytes the peer delivers per tile (pairs): its half of the K buffer and, with register
   // records, its entries' masks.
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       // instruction reads whole sectors of 8 records (not one field of 32), and each 16-byte store
       // fills four whole core-matrix rows (no bank conflicts). A pair's CTA gathers 32 entries a
       // step (one per thread), a single CTA all 64 (two per thread, 32 apart).
-      using Slice = Nvfp4Slice<F>;
+      using Slice = RecordSlice<F>;
       constexpr int kEntries = kTokens / 32;  // entries per producer thread and step
       static_assert(kWsProducers * kEntries == Slice::kParts * kTokens && Slice::kParts == 8 && kEntries <= 2);
       const int pw = ptid / 32, tl = 8 * (pw % 4) + lane % 8, part = 4 * (pw / 4) + lane / 8;
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       // Loads the slice of the entry with raw index idx; returns whether the entry is valid.
       auto load_slice = [&](int32_t idx, Slice& x) {
         const bool valid = valid_index(idx);
-        load_nvfp4_slice<F>(p.cache + static_cast<int64_t>(valid ? idx : 0) * F::kRecordBytes, part, valid && copies, x);
+        load_record_slice(p.cache + static_cast<int64_t>(valid ? idx : 0) * F::kRecordBytes, part, valid && copies, x);
         return valid;
       };
       // Dequantizes a slice into buffer b (both CTAs' for pairs); the entry's mask goes from the
@@ -274,7 +274,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           if constexpr (kPair) cluster::store_async(cluster::map_to_rank(ptx::smem_addr(mask), peer), __float_as_uint(m), peer_full);
         }
       };
-      if constexpr (kEntries == 1) {
+      // Two slices of one entry in flight (a whole step ahead) fit the pair's 56-register
+      // producers for NVFP4 records (64-byte slices), not for FP8 (96 bytes: ptxas spilled 24
+      // bytes with 64-register producers, and no split leaves them 72 without spilling in a
+      // consumer); those reload their one slice as soon as it is dequantized, as single CTAs do.
+      constexpr bool kStepAhead = kEntries == 1 && sizeof(Slice) <= 64;
+      if constexpr (kStepAhead) {
         // One entry a step: two register sets, alternating, each loaded a whole step ahead (before
         // the buffer wait); no slice is copied (a copy would wait for its loads).
         int32_t idx_next = load_index(1, 0);
