@@ -312,7 +312,10 @@ __device__ __forceinline__ void encode_token(const RawToken<In>& raw, uint8_t* c
 #pragma unroll
     for (int i = 0; i < 16; ++i) gmax = fmaxf(gmax, fabsf(record::sanitize(latent_value(raw, i))));
   }
+  // The warp reductions side by side: their latencies overlap, and they share one convergence
+  // region.
   const float token_amax = spec.scale_mode == ScaleMode::dynamic ? warp_max_nonneg(gmax) : 0.0f;
+  const float rope_amax = spec.rope == RopeEncoding::fp8 ? warp_max_nonneg(__uint_as_float(rope_abs_bits)) : 0.0f;
   const float s = record::nvfp4_writer_scale(spec.scale_mode, layer_scale, token_amax);
   constexpr bool unit = spec.scale_mode == ScaleMode::implicit;
   const bool fast_scale = unit || s == 0.0f || (s >= fastenc::kMinFastScale && s <= fastenc::kMaxFastScale);  // warp-uniform
@@ -343,7 +346,7 @@ __device__ __forceinline__ void encode_token(const RawToken<In>& raw, uint8_t* c
 
   static_assert(L::kRopeScaleOffset % 16 == 0 && L::kRopeScaleOffset + 16 == L::kRopeOffset);
   if constexpr (spec.rope == RopeEncoding::fp8) {
-    const float rs = record::rope_fp8_scale(__uint_as_float(__reduce_max_sync(kFull, rope_abs_bits)));
+    const float rs = record::rope_fp8_scale(rope_amax);
     const uint32_t two = fastenc::rope_fp8_pair(r[0], r[1], rs);
     *reinterpret_cast<uint16_t*>(rec + L::kRopeOffset + 2 * lane) = static_cast<uint16_t>(two);
     if (lane == 0)  // rope scale, token scale, zero padding [296, 304)
