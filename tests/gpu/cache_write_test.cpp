@@ -207,7 +207,8 @@ std::vector<Fp16Bits> exact_input(const std::vector<uint16_t>& b) {
   return v;
 }
 
-// `n` not a multiple of 4 leaves the last BF16 warp a partial set of tokens (2 or 3 here).
+// `n` not a multiple of 4 (8 for 368-byte records) leaves the last BF16 warp a partial set of
+// tokens (2 or 3 here).
 template <class In>
 void check_adversarial(uint64_t seed, int64_t n) {
   const auto tokens = adversarial_tokens(n, seed);

@@ -157,6 +157,7 @@ struct TokenStager {
   }
 };
 
+// The 16 latent and 2 RoPE values of a lane as fp32 (not sanitized).
 template <class In>
 __device__ __forceinline__ float latent_value(const RawToken<In>& raw, int i) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(raw.v);
