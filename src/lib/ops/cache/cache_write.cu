@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -448,9 +449,20 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
 template <class In>
 void launch_write(const RecordSpec& spec, const CacheWriteArgs& a, cudaStream_t stream) {
   with_record_format(spec, "write_cache", [&](auto format) {
-    constexpr int64_t per_block = int64_t(kWarpsPerBlock) * kTokensPerWarp<In, decltype(format)>;
+    using Format = decltype(format);
+    if constexpr (kStaged<In, Format>) {
+      // The rings of 4 blocks per SM (~148 KB) need the largest shared-memory carveout; ask for
+      // it rather than count on the driver's choice.
+      static std::once_flag once;
+      std::call_once(once, [] {
+        check(cudaFuncSetAttribute(write_cache_kernel<In, Format>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared),
+              "write_cache: shared memory carveout");
+      });
+    }
+    constexpr int64_t per_block = int64_t(kWarpsPerBlock) * kTokensPerWarp<In, Format>;
     const auto blocks = static_cast<unsigned>((a.num_tokens + per_block - 1) / per_block);
-    write_cache_kernel<In, decltype(format)><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+    write_cache_kernel<In, Format><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
         static_cast<const In*>(a.kv_c), static_cast<const In*>(a.k_pe), a.num_tokens, a.kv_c_stride, a.k_pe_stride,
         a.slot_mapping, a.cache, a.capacity, a.layer_scale, a.error_count);
   });
