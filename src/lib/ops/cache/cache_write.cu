@@ -1,6 +1,6 @@
-// GPU cache writer: one warp per token (BF16 inputs: 4 or 8 consecutive tokens per warp, the
-// next ones loading while the current one encodes), lane g owns latent group g (16 values) and
-// RoPE values 2g, 2g+1. One kernel per input type and record format, so the format's branches and
+// GPU cache writer: one warp per token (BF16 inputs: 4 consecutive tokens per warp, the next
+// one loading while the current one encodes), lane g owns latent group g (16 values) and RoPE
+// values 2g, 2g+1. One kernel per input type and record format, so the format's branches and
 // constants are resolved at compile time. The bytes equal those of the CPU writer (record.h):
 // maxima are exact, so warp reductions give the same scales, and the divisions of the recipe
 // are replaced by the exact division-free encoders of fast_encode.cuh
@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -19,26 +18,20 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/record.h"
 #include "ops/cache/fast_encode.cuh"
-#include "ops/sparse_mla/mma_sm80.cuh"
 #include "ops/sparse_mla/format_dispatch.cuh"
 
 namespace nvfp4mla::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-// BF16 inputs into 368-byte records stage each warp's next tokens in shared memory (cp.async):
-// tokens in flight hold no registers, so a warp keeps two tokens ahead of the one it encodes
-// and the kernel fits 64 registers (4 blocks per SM; with two token buffers in registers it
-// needed ~80, 3 blocks, one token in flight per warp).
-template <class In, class F>
-constexpr bool kStaged = std::is_same_v<In, Bf16Bits> && F::spec.rope_is_fp8();
-constexpr int kStages = 3;  // ring entries per warp: the token being read back and two in flight
-// Tokens per warp: other BF16 kernels encode one token while the next one loads (two register
-// buffers taking turns); the fp32 path of FP16/F32 inputs needs the registers for itself.
-template <class In, class F>
-constexpr int kTokensPerWarp = kStaged<In, F> ? 8 : std::is_same_v<In, Bf16Bits> ? 4 : 1;
+// Tokens per warp: BF16 inputs encode one token while the next one loads (two register buffers
+// taking turns); the fp32 path of FP16/F32 inputs needs the registers for itself.
+template <class In>
+constexpr int kTokensPerWarp = std::is_same_v<In, Bf16Bits> ? 4 : 1;
 // Resident blocks per SM the register allocation must allow: 4 (64 registers) for BF16, 3 for
-// the others (their fp32 path would spill at 64).
+// the others (their fp32 path would spill at 64). BF16 into 368-byte records spills a few bytes
+// at 64 registers (ptxas: 10-14 bytes) and still writes faster than with 3 blocks and ~80
+// registers (H200, 2^20 tokens: 83.0-88.5% of copy bandwidth against 78.6-85.0%).
 template <class In, class F>
 constexpr int kMinBlocks = std::is_same_v<In, Bf16Bits> ? 4 : 3;
 constexpr unsigned kFull = 0xFFFFFFFFu;
@@ -76,18 +69,11 @@ struct TokenReader {
   const In* r;     // RoPE values 2 lane, 2 lane + 1
   const int64_t* slot;
 
-  TokenReader() = default;
   __device__ __forceinline__ TokenReader(const In* kv_c, const In* k_pe, const int64_t* slots, int64_t t,
                                          int64_t kv_c_stride, int64_t k_pe_stride, int lane)
       : v(reinterpret_cast<const uint4*>(kv_c + t * kv_c_stride + 16 * lane)),
         r(k_pe + t * k_pe_stride + 2 * lane),
         slot(slots + t) {}
-
-  __device__ __forceinline__ void advance(int64_t kv_c_stride, int64_t k_pe_stride) {
-    v = reinterpret_cast<const uint4*>(reinterpret_cast<const In*>(v) + kv_c_stride);
-    r += k_pe_stride;
-    ++slot;
-  }
 
   // The current token's raw input (16-byte and pair-sized loads; the host wrapper checks the
   // alignment); then moves to the next token.
@@ -103,58 +89,10 @@ struct TokenReader {
     } else {
       raw.r[0] = __ldcs(reinterpret_cast<const unsigned int*>(r));
     }
-    advance(kv_c_stride, k_pe_stride);
+    v = reinterpret_cast<const uint4*>(reinterpret_cast<const In*>(v) + kv_c_stride);
+    r += k_pe_stride;
+    ++slot;
     return raw;
-  }
-};
-
-// A warp's ring of kStages BF16 tokens in shared memory, filled by cp.async. Entry layout (16
-// bytes per lane in each of three 512-byte rows, so every copy and read-back is free of bank
-// conflicts): row 0 latent values 16 lane .. +7, row 1 values 16 lane + 8 .. +15, row 2 the RoPE
-// pair, 4 unused bytes and the slot. Each lane copies and reads only its own bytes, so its own
-// cp.async wait orders them (no warp barrier). issue_into() copies the warp's next token (one
-// commit group per call, empty past the warp's last token, so wait_group counts tokens); read()
-// waits for the oldest token not yet read back; refill() issues into the entry read one token
-// earlier (its values long consumed), so kStages - 1 tokens stay in flight.
-constexpr uint32_t kStagedEntryBytes = 3 * 512;
-struct TokenStager {
-  TokenReader<Bf16Bits> reader;
-  uint32_t first, cur, prev;  // this lane's shared addresses in entry 0, the entry read next, the one read before
-
-  // Predicated copies rather than a branch around them; the row pointers move on either way
-  // (past the warp's last token they are never dereferenced).
-  __device__ __forceinline__ void issue_into(uint32_t dst, bool valid, int64_t kv_c_stride, int64_t k_pe_stride) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.u32 p, %5, 0;\n"
-        "@p cp.async.cg.shared.global [%0], [%1], 16;\n"
-        "@p cp.async.cg.shared.global [%0+512], [%2], 16;\n"
-        "@p cp.async.ca.shared.global [%0+1024], [%3], 4;\n"
-        "@p cp.async.ca.shared.global [%0+1032], [%4], 8;\n}\n" ::"r"(dst),
-        "l"(reader.v), "l"(reader.v + 1), "l"(reader.r), "l"(reader.slot), "r"(static_cast<uint32_t>(valid)));
-    reader.advance(kv_c_stride, k_pe_stride);
-    ptx::cp_async_commit();
-  }
-
-  __device__ __forceinline__ RawToken<Bf16Bits> read() {
-    ptx::cp_async_wait_group<kStages - 2>();
-    RawToken<Bf16Bits> raw;
-    uint32_t row2[4];  // RoPE pair, unused, slot
-    asm volatile(
-        "ld.shared.v4.u32 {%0, %1, %2, %3}, [%12];\n"
-        "ld.shared.v4.u32 {%4, %5, %6, %7}, [%12+512];\n"
-        "ld.shared.v4.u32 {%8, %9, %10, %11}, [%12+1024];\n"
-        : "=r"(raw.v[0].x), "=r"(raw.v[0].y), "=r"(raw.v[0].z), "=r"(raw.v[0].w), "=r"(raw.v[1].x), "=r"(raw.v[1].y),
-          "=r"(raw.v[1].z), "=r"(raw.v[1].w), "=r"(row2[0]), "=r"(row2[1]), "=r"(row2[2]), "=r"(row2[3])
-        : "r"(cur));
-    raw.r[0] = row2[0];
-    raw.slot = static_cast<int64_t>((static_cast<uint64_t>(row2[3]) << 32) | row2[2]);
-    return raw;
-  }
-
-  __device__ __forceinline__ void refill(bool valid, int64_t kv_c_stride, int64_t k_pe_stride) {
-    issue_into(prev, valid, kv_c_stride, k_pe_stride);
-    prev = cur;
-    cur = cur == first + (kStages - 1) * kStagedEntryBytes ? first : cur + kStagedEntryBytes;
   }
 };
 
@@ -363,7 +301,7 @@ __device__ __forceinline__ void encode_token(const RawToken<In>& raw, uint8_t* c
 template <class F>
 constexpr int kPairUnroll = F::spec.is_nvfp4() ? 1 : 2;
 
-// Each warp encodes kTokensPerWarp consecutive tokens, loading the next ones while it encodes.
+// Each warp encodes kTokensPerWarp consecutive tokens, loading the next one while it encodes.
 // One kernel per input type and record format F (format_dispatch.cuh).
 template <class In, class F>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocks<In, F>)
@@ -372,7 +310,7 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
                    uint8_t* __restrict__ cache, int64_t capacity, float layer_scale,
                    unsigned long long* error_count) {
   const int lane = threadIdx.x & 31;
-  constexpr int kTpw = kTokensPerWarp<In, F>;
+  constexpr int kTpw = kTokensPerWarp<In>;
   // The packed path counts on HSET2's all-ones halves for set.{ge,gt}.u32.bf16x2 (the PTX text
   // is ambiguous on it); checked once, else every lane takes the fp32 path.
   const bool packed_ok = fastenc::bf16x2_ge_mask(0x3F803F80u, 0x3F800000u) == 0xFFFFFFFFu &&
@@ -385,23 +323,10 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
   const int warp = threadIdx.x >> 5;
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kTpw;
   TokenReader<In> reader(kv_c, k_pe, slots, t, kv_c_stride, k_pe_stride, lane);
-  // The warp's first loads go out before the static table is built (staged: two tokens; else
-  // the first token, into registers).
-  constexpr bool kStage = kStaged<In, F>;
-  __shared__ uint4 staged[kStage ? kWarpsPerBlock * kStages * kStagedEntryBytes / 16 : 1];
+  // The warp's first token is loaded before the static table is built, not after it.
   const int count = num_tokens - t < kTpw ? static_cast<int>(num_tokens - t) : kTpw;  // <= 0: no token
   RawToken<In> cur;
-  [[maybe_unused]] TokenStager stager;
-  if constexpr (kStage) {
-    stager.reader = reader;
-    stager.first = ptx::smem_addr(staged + warp * kStages * kStagedEntryBytes / 16 + lane);
-    stager.cur = stager.first;
-    stager.prev = stager.first + (kStages - 1) * kStagedEntryBytes;
-    for (int i = 0; i < kStages - 1; ++i)
-      stager.issue_into(stager.first + i * kStagedEntryBytes, i < count, kv_c_stride, k_pe_stride);
-  } else if (count > 0) {
-    cur = reader.next(kv_c_stride, k_pe_stride);
-  }
+  if (count > 0) cur = reader.next(kv_c_stride, k_pe_stride);
   if constexpr (kStaticTable) {
     const bool fast = layer_scale == 0.0f || (layer_scale >= fastenc::kMinFastScale && layer_scale <= fastenc::kMaxFastScale);
     for (int byte = threadIdx.x; byte < 128; byte += blockDim.x) {
@@ -415,16 +340,7 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
   if (count <= 0) return;
   const float layer_inv_scale =
       F::spec.scale_mode == ScaleMode::static_calibrated ? fastenc::nvfp4_inverse_scale(layer_scale) : 0.0f;
-  if constexpr (kStage) {
-    // Read token i back, refill the entry token i - 1 was read from with token i + kStages - 1,
-    // encode token i.
-#pragma unroll 1
-    for (int i = 0; i < count; ++i) {
-      const RawToken<In> raw = stager.read();
-      stager.refill(i + kStages - 1 < count, kv_c_stride, k_pe_stride);
-      encode_token<In, F>(raw, cache, capacity, layer_scale, layer_inv_scale, static_bounds, error_count, lane, packed_ok);
-    }
-  } else if constexpr (kTpw == 1) {
+  if constexpr (kTpw == 1) {
     encode_token<In, F>(cur, cache, capacity, layer_scale, layer_inv_scale, static_bounds, error_count, lane, packed_ok);
   } else {
     // Two token buffers taking turns (a copy from one into the other would cost a move per
@@ -448,21 +364,10 @@ write_cache_kernel(const In* __restrict__ kv_c, const In* __restrict__ k_pe, int
 
 template <class In>
 void launch_write(const RecordSpec& spec, const CacheWriteArgs& a, cudaStream_t stream) {
+  constexpr int64_t per_block = int64_t(kWarpsPerBlock) * kTokensPerWarp<In>;
+  const auto blocks = static_cast<unsigned>((a.num_tokens + per_block - 1) / per_block);
   with_record_format(spec, "write_cache", [&](auto format) {
-    using Format = decltype(format);
-    if constexpr (kStaged<In, Format>) {
-      // The rings of 4 blocks per SM (~148 KB) need the largest shared-memory carveout; ask for
-      // it rather than count on the driver's choice.
-      static std::once_flag once;
-      std::call_once(once, [] {
-        check(cudaFuncSetAttribute(write_cache_kernel<In, Format>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                   cudaSharedmemCarveoutMaxShared),
-              "write_cache: shared memory carveout");
-      });
-    }
-    constexpr int64_t per_block = int64_t(kWarpsPerBlock) * kTokensPerWarp<In, Format>;
-    const auto blocks = static_cast<unsigned>((a.num_tokens + per_block - 1) / per_block);
-    write_cache_kernel<In, Format><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+    write_cache_kernel<In, decltype(format)><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
         static_cast<const In*>(a.kv_c), static_cast<const In*>(a.k_pe), a.num_tokens, a.kv_c_stride, a.k_pe_stride,
         a.slot_mapping, a.cache, a.capacity, a.layer_scale, a.error_count);
   });
