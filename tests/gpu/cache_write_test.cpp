@@ -52,11 +52,14 @@ std::vector<Fp16Bits> as_input(const std::vector<uint16_t>& b, std::mt19937_64& 
 using nvfp4mla::testing::input_type;
 
 // Writes `kv`/`pe` (n tokens) on the GPU and compares every slot of the cache with the CPU
-// writer's records (poison where nothing is written) and the error counter.
+// writer's records (poison where nothing is written) and the error counter. `fused_stride` > 0
+// passes the inputs as slices of one row per token (latent, RoPE, poisoned padding; vLLM's
+// [kv_c | k_pe] projection output), each with that row stride.
 template <class In>
 void check_writer(const RecordSpec& spec, const std::vector<In>& kv, const std::vector<In>& pe, float layer_scale,
-                  uint64_t seed) {
-  SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " layer scale " + std::to_string(layer_scale));
+                  uint64_t seed, int64_t fused_stride = 0) {
+  SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " layer scale " + std::to_string(layer_scale) +
+               " fused row stride " + std::to_string(fused_stride));
   const int64_t n = static_cast<int64_t>(pe.size()) / kRopeDim, capacity = n + 1096;
   std::mt19937_64 rng(seed + 1);
   // Slot mapping: a random permutation of slots, with padded (negative) and out-of-range entries.
@@ -79,7 +82,16 @@ void check_writer(const RecordSpec& spec, const std::vector<In>& kv, const std::
     if (slots[i] >= 0 && slots[i] < capacity)
       record::encode(spec, &kv[i * kLatentDim], &pe[i * kRopeDim], layer_scale, &expect[slots[i] * rb]);
 
-  DeviceBuffer<In> d_kv(kv), d_pe(pe);
+  std::vector<In> fused;
+  if (fused_stride > 0) {
+    fused.assign(n * fused_stride, In{});
+    std::memset(fused.data(), 0xFF, fused.size() * sizeof(In));  // NaN padding: must not be read
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(&kv[i * kLatentDim], kLatentDim, &fused[i * fused_stride]);
+      std::copy_n(&pe[i * kRopeDim], kRopeDim, &fused[i * fused_stride + kLatentDim]);
+    }
+  }
+  DeviceBuffer<In> d_kv(fused_stride > 0 ? fused : kv), d_pe(pe);
   DeviceBuffer<int64_t> d_slots(slots);
   DeviceBuffer<uint8_t> d_cache(capacity * rb);
   d_cache.fill_bytes(0xA5);
@@ -87,6 +99,10 @@ void check_writer(const RecordSpec& spec, const std::vector<In>& kv, const std::
   cuda::CacheWriteArgs a;
   a.kv_c = d_kv.get();
   a.k_pe = d_pe.get();
+  if (fused_stride > 0) {
+    a.k_pe = d_kv.get() + kLatentDim;
+    a.kv_c_stride = a.k_pe_stride = fused_stride;
+  }
   a.input_type = input_type<In>();
   a.num_tokens = n;
   a.slot_mapping = d_slots.get();
@@ -105,14 +121,14 @@ void check_writer(const RecordSpec& spec, const std::vector<In>& kv, const std::
   EXPECT_EQ(d_err.download()[0], static_cast<unsigned long long>(out_of_range));
 }
 
-// 3001 tokens: BF16 warps take 4 consecutive tokens, so the last warp has a single one.
+// 3001 tokens: BF16 warps take 4 or 8 consecutive tokens, so the last warp has a single one.
 template <class In>
-void check_writer(const RecordSpec& spec, uint64_t seed) {
+void check_writer(const RecordSpec& spec, uint64_t seed, int64_t fused_stride = 0) {
   const auto tokens = nvfp4mla::testing::random_tokens(3001, seed, -6, 4, /*non_finite=*/true);
   std::mt19937_64 rng(seed + 1);
   const auto kv = as_input<In>(tokens.kv_c, rng);
   const auto pe = as_input<In>(tokens.k_pe, rng);
-  check_writer(spec, kv, pe, 0.0123f, seed);
+  check_writer(spec, kv, pe, 0.0123f, seed, fused_stride);
 }
 
 // Adversarial BF16 tokens: each 16-value latent group, and each token's RoPE, of one kind:
@@ -191,7 +207,8 @@ std::vector<Fp16Bits> exact_input(const std::vector<uint16_t>& b) {
   return v;
 }
 
-// `n` not a multiple of 4 leaves the last BF16 warp a partial set of tokens (2 or 3 here).
+// `n` not a multiple of 4 (8 for 368-byte records) leaves the last BF16 warp a partial set of
+// tokens (2 or 3 here).
 template <class In>
 void check_adversarial(uint64_t seed, int64_t n) {
   const auto tokens = adversarial_tokens(n, seed);
@@ -212,6 +229,17 @@ TEST(GpuCacheWriter, BitIdenticalToCpuWriterBf16Input) {
   NVFP4MLA_REQUIRE_GPU();
   uint64_t seed = 100;
   for (const auto& spec : kAllSpecs) check_writer<Bf16Bits>(spec, seed++);
+}
+
+// Latent and RoPE as slices of one row per token (row strides other than 512 and 64).
+TEST(GpuCacheWriter, BitIdenticalToCpuWriterOnFusedRows) {
+  NVFP4MLA_REQUIRE_GPU();
+  uint64_t seed = 150;
+  for (const auto& spec : kAllSpecs) {
+    check_writer<Bf16Bits>(spec, seed++, kLatentDim + kRopeDim);
+    check_writer<Bf16Bits>(spec, seed++, 640);
+    check_writer<float>(spec, seed++, 640);
+  }
 }
 
 TEST(GpuCacheWriter, BitIdenticalToCpuWriterFp16AndF32Input) {

@@ -89,17 +89,19 @@ NVFP4MLA_HD float rcp_rn(float b) {
 // RN(x / b) from y = RN(1 / b) without a division (Markstein: q = RN(x y) is within an ulp, the
 // residual x - b q is exact, and RN(q + r y) is the correctly rounded quotient) where b, y and
 // x / b are normal and x is far enough above the underflow threshold for the residual (checked
-// from 2^-100 on); callers handle the ends they meet. The sign of q is kept for x = -0, whose
-// residual is +0.
-NVFP4MLA_HD float div_rn_by_rcp(float x, float b, float y) {
+// from 2^-100 on); callers handle the ends they meet. This form gives +0 for x = -0 (its
+// residual is +0); div_rn_by_rcp below keeps the sign.
+NVFP4MLA_HD float div_rn_by_rcp_nonneg(float x, float b, float y) {
 #if defined(__CUDA_ARCH__)
   const float q = __fmul_rn(x, y);
-  const float q1 = __fmaf_rn(__fmaf_rn(-b, q, x), y, q);
+  return __fmaf_rn(__fmaf_rn(-b, q, x), y, q);
 #else
   const float q = x * y;
-  const float q1 = std::fma(std::fma(-b, q, x), y, q);
+  return std::fma(std::fma(-b, q, x), y, q);
 #endif
-  return codec::bits_float(codec::float_bits(q1) | (codec::float_bits(q) & 0x80000000u));
+}
+NVFP4MLA_HD float div_rn_by_rcp(float x, float b, float y) {
+  return codec::bits_float(codec::float_bits(div_rn_by_rcp_nonneg(x, b, y)) | (codec::float_bits(x) & 0x80000000u));
 }
 
 // Divisors with a normal reciprocal whose quotients of sanitized values stay finite here.
@@ -334,11 +336,12 @@ NVFP4MLA_HD uint32_t bf16_abs_max_bits(const uint32_t (&w)[N]) {
 #endif
 }
 
-// RN(gmax / s) of the recipe (record::nvfp4_prescale) for s = 0 or s in [kMinFastScale,
-// kMaxFastScale], with inv_s = nvfp4_inverse_scale(s) instead of a division; an overflow gives
-// NaN, which e4m3_byte_div6 turns into the recipe's saturated byte as it does +Inf.
+// RN(gmax / s) of the recipe (record::nvfp4_prescale) for gmax >= +0 (a maximum of magnitudes)
+// and s = 0 or s in [kMinFastScale, kMaxFastScale], with inv_s = nvfp4_inverse_scale(s) instead
+// of a division; an overflow gives NaN, which e4m3_byte_div6 turns into the recipe's saturated
+// byte as it does +Inf.
 NVFP4MLA_HD float nvfp4_inverse_scale(float s) { return s == 0.0f ? 0.0f : rcp_rn(s); }
-NVFP4MLA_HD float nvfp4_prescale_by_rcp(float gmax, float s, float inv_s) { return div_rn_by_rcp(gmax, s, inv_s); }
+NVFP4MLA_HD float nvfp4_prescale_by_rcp(float gmax, float s, float inv_s) { return div_rn_by_rcp_nonneg(gmax, s, inv_s); }
 
 // Nibbles of a 16-value BF16 group (w[i] = values 2i, 2i+1; all finite) against the group's
 // BF16 bounds; zero nibbles (signs included) when d_zero, as the recipe writes for d = 0.
