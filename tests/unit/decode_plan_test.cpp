@@ -139,10 +139,10 @@ TEST(DecodePlan, WideTilesKeepSplitsWhole) {
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Bf16Rope, 256), DecodeKernel::sm90_ws_pair_wide);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 64), DecodeKernel::sm90_ws_wide);  // 64 heads: no pair
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Bf16Rope, 192), DecodeKernel::sm90_ws_wide);  // an odd group count
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 128), DecodeKernel::sm90_ws_pair);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 128), DecodeKernel::sm90_ws_pair_wide);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm90_h16);
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 32), DecodeKernel::sm90_ws);  // padded to one 64-head group
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 32), DecodeKernel::sm90_ws_wide);  // padded to one 64-head group
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws_wide);
   for (int heads : {64, 128, 192, 256})
     for (int rows : {1, 4, 32, 256})
       for (int topk : {64, 100, 2048, 2080, 16384})
@@ -153,8 +153,12 @@ TEST(DecodePlan, WideTilesKeepSplitsWhole) {
           EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
           EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);
         }
-  // 64 tiles in 5 splits: 13 tiles each for fp8 records, 14 (seven wide tiles) for NVFP4.
-  EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, kH200, 5).tiles_per_split, 13);
+  // 64 tiles in 5 splits: 13 tiles each for bf16 records (32-entry tiles), 14 (seven wide tiles)
+  // for NVFP4 and fp8.
+  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 8, 128, 2048, kH200, 5).tiles_per_split, 13);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 128), DecodeKernel::sm90_ws_pair);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 64), DecodeKernel::sm90_ws);
+  EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, kH200, 5).tiles_per_split, 14);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200, 5).tiles_per_split, 14);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 64, 2048, kH200, 5).tiles_per_split, 14);
   // fp8 records on the wide kernels (by request): whole wide tiles too.
@@ -218,9 +222,9 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   EXPECT_TRUE(kH200.wgmma && kH200.clusters);
   EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm80_h16);
   EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm80_mma);
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws_wide);
   EXPECT_EQ(default_decode_kernel(a100, kSpecFp8, 16), DecodeKernel::sm80_mma);
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 64), DecodeKernel::sm90_ws);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 64), DecodeKernel::sm90_ws_wide);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 32), DecodeKernel::sm80_mma);
   for (const RecordSpec& spec : kAllRecordSpecs)
     for (int heads : {8, 16, 24, 32, 64, 128}) {

@@ -57,11 +57,6 @@ __device__ __forceinline__ void cp_async_4_zfill(void* smem, const void* gmem, i
 }
 // Fetch the 128-byte line holding `p` into L2 (no register, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-// Starts moving `bytes` (a multiple of 16, 16-byte aligned) from global memory into L2, with no
-// destination and nothing to wait for (sm_90 bulk prefetch).
-__device__ __forceinline__ void prefetch_l2_bulk(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // Wait until at most `kPending` of this thread's committed groups are still in flight.

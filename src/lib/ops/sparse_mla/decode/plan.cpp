@@ -148,11 +148,14 @@ DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec,
   // (FlashMLA pads to 64 too): in sm80_mma's 16- and 32-row tiles they took longer than 64 heads
   // (H200, 256 rows: 328.4 us at 32 heads, 286.4 at 16, 263.3 at 64). BF16 records stay there:
   // 330.1 / 245.9 us against 391.8 at 64 heads.
-  if (spec.dtype == CacheDtype::fp8_ds_mla && heads <= 32 && arch.wgmma) return DecodeKernel::sm90_ws;
+  const bool wide_tiles = spec.dtype != CacheDtype::bf16;  // the 64-entry kernels read records into registers
+  if (spec.dtype == CacheDtype::fp8_ds_mla && heads <= 32 && arch.wgmma) return DecodeKernel::sm90_ws_wide;
   if (heads <= 32 || !arch.wgmma) return DecodeKernel::sm80_mma;
+  // 64-entry tiles against 32 (H200, 256 rows x 2048): NVFP4-368 at 64 heads 215.6 us against
+  // 267.6; FP8 at 64 heads 234.1 against 264.6, at 128 heads (pairs) 378.5 against 422.9.
   if (((heads + decode::kWsHeads - 1) / decode::kWsHeads) % 2 == 0 && arch.clusters)
-    return spec.is_nvfp4() ? DecodeKernel::sm90_ws_pair_wide : DecodeKernel::sm90_ws_pair;
-  return spec.is_nvfp4() ? DecodeKernel::sm90_ws_wide : DecodeKernel::sm90_ws;
+    return wide_tiles ? DecodeKernel::sm90_ws_pair_wide : DecodeKernel::sm90_ws_pair;
+  return wide_tiles ? DecodeKernel::sm90_ws_wide : DecodeKernel::sm90_ws;
 }
 
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, const ArchSpec& arch,

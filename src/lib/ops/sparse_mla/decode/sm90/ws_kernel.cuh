@@ -239,14 +239,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         const int pos = pos_of(i, e);
         return pos < len_here ? __ldg(row_indices + pos) : -1;
       };
-      // An entry's raw index is -1 past the split or the row (load_index), so the position
-      // check of slot_of_index is already done: what is left is the index's range.
-      auto valid_index = [&](int32_t idx) { return idx >= 0 && idx < p.capacity; };
-      // Loads the slice of the entry with raw index idx; returns whether the entry is valid.
-      auto load_slice = [&](int32_t idx, Slice& x) {
-        const bool valid = valid_index(idx);
-        load_record_slice(p.cache + static_cast<int64_t>(valid ? idx : 0) * F::kRecordBytes, part, valid && copies, x);
-        return valid;
+      // Loads step i's slice of entry e; returns whether the entry is valid.
+      auto load_slice = [&](int i, int e, int32_t idx, Slice& x) {
+        const int32_t slot = slot_of_index(p, len_here, pos_of(i, e), idx);
+        load_record_slice(p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes, part, slot >= 0 && copies, x);
+        return slot >= 0;
       };
       // Dequantizes a slice into buffer b (both CTAs' for pairs); the entry's mask goes from the
       // part-0 thread into the mask arrays.
@@ -284,12 +281,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         // the buffer wait); no slice is copied (a copy would wait for its loads).
         int32_t idx_next = load_index(1, 0);
         Slice cur, next;
-        bool valid_next = load_slice(load_index(0, 0), cur);
+        bool valid_next = load_slice(0, 0, load_index(0, 0), cur);
         auto step = [&](int i, Slice& x, Slice& x_next) {
           const int b = i % kWsKBufs;
           const bool valid = valid_next;
           if (i + 1 < num_steps) {
-            valid_next = load_slice(idx_next, x_next);
+            valid_next = load_slice(i + 1, 0, idx_next, x_next);
             idx_next = load_index(i + 2, 0);
           }
           acquire_buffer(i, b);
@@ -303,29 +300,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       } else {
         // Two entries a step in two register sets (four would not fit the producers' budget): each
         // set is reloaded for the next step as soon as it is dequantized, so one entry's loads
-        // overlap the other's dequantization and the next buffer wait. The next step's records
-        // are also prefetched into L2 as the step starts, ahead of those register loads.
+        // overlap the other's dequantization and the next buffer wait.
         Slice xs[kEntries];
         bool valid[kEntries];
         int32_t idx_next[kEntries];
 #pragma unroll
         for (int e = 0; e < kEntries; ++e) {
-          valid[e] = load_slice(load_index(0, e), xs[e]);
+          valid[e] = load_slice(0, e, load_index(0, e), xs[e]);
           idx_next[e] = load_index(1, e);
         }
         for (int i = 0; i < num_steps; ++i) {
           const int b = i % kWsKBufs;
-          if (part == 0 && copies)
-#pragma unroll
-            for (int e = 0; e < kEntries; ++e)
-              if (valid_index(idx_next[e]))
-                ptx::prefetch_l2_bulk(p.cache + static_cast<int64_t>(idx_next[e]) * F::kRecordBytes, F::kRecordBytes);
           acquire_buffer(i, b);
 #pragma unroll
           for (int e = 0; e < kEntries; ++e) {
             store_slice(b, entry(e), valid[e], xs[e]);
             if (i + 1 < num_steps) {
-              valid[e] = load_slice(idx_next[e], xs[e]);
+              valid[e] = load_slice(i + 1, e, idx_next[e], xs[e]);
               idx_next[e] = load_index(i + 2, e);
             }
           }
