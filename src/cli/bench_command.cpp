@@ -104,8 +104,9 @@ void run_decode_bench(const BenchFlags& f) {
   const DecodeKernel kernel = parse_decode_kernel(f.kernel);
   if (f.rows.empty() && f.heads.empty() && f.topk.empty()) {
     // Defaults: the shapes of the performance table and FlashMLA's measured shapes (PEERS.md).
-    const int shapes[][3] = {{256, 128, 2048}, {256, 64, 2048}, {128, 16, 2048}, {128, 128, 2048}, {32, 128, 2048},
-                             {3, 128, 2048},   {128, 8, 2048},  {128, 32, 2048}, {148, 128, 16384}};
+    const int shapes[][3] = {{256, 128, 2048}, {256, 64, 2048}, {128, 16, 2048}, {128, 128, 2048},
+                             {128, 64, 2048},  {32, 128, 2048}, {8, 128, 2048},  {3, 128, 2048},
+                             {128, 8, 2048},   {128, 32, 2048}, {148, 128, 16384}};
     for (const auto& spec : specs)
       for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits, f.capacity, kernel});
   } else {
