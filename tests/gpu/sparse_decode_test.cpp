@@ -141,8 +141,8 @@ TEST_P(GpuSparseDecode, EveryFormatAndHeadCountMatchesReference) {
 
 TEST_P(GpuSparseDecode, SingleSplitAndManySplitsAgree) {
   // fp8 records (on the wide kernels) and NVFP4 records (16 heads too): 64-entry tiles on sm_90;
-  // topk 2080 is 65 planner tiles, so with one split the last 64-entry tile is half past the end. 24 heads: two 16-head groups,
-  // the second one half full.
+  // topk 2080 is 65 planner tiles, so with one split the last 64-entry tile is half past the end.
+  // 24 heads: two 16-head groups, the second one half full.
   for (const auto& spec : {kAllSpecs[1], kAllSpecs[6]})
     for (int heads : {16, 24, 64, 128})
       for (int topk : {2048, 2080}) {

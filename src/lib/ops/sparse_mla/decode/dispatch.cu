@@ -22,7 +22,7 @@ namespace {
 template <class F>
 void run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
   constexpr bool nvfp4 = F::spec.dtype == CacheDtype::nvfp4_ds_mla;
-  constexpr bool register_slices = nvfp4 || F::spec.dtype == CacheDtype::fp8_ds_mla;  // the wide tiles' records
+  constexpr bool register_slices = decode::ws_wide_reads(F::spec);
   const int groups = plan.num_head_groups;
   switch (kernel) {
     case DecodeKernel::sm80_mma: return launch_sm80_mma<F>(p, plan.head_group, rows, groups, stream);

@@ -67,6 +67,9 @@ constexpr size_t ws_smem_bytes(int record_bytes, bool pair, int tile, int stages
                          size_t(2) * tile * 4 + 4 * 16;
   return raw_off + stages * tokens * record_bytes + (stages > 0 ? size_t(2 * stages + 1) * tile * 4 : 0);
 }
+// The records the 64-entry kernels (sm90_ws_wide, sm90_ws_pair_wide) read: every format with a
+// register slice (kv_tile.cuh: RecordSlice), all but bf16.
+constexpr bool ws_wide_reads(const RecordSpec& spec) { return spec.dtype != CacheDtype::bf16; }
 constexpr int ws_stages(int record_bytes, bool pair, int tile) {
   if (tile == kWsWideTile) return 0;  // wide tiles: records travel in registers
   for (int s = 4; s > 1; --s)

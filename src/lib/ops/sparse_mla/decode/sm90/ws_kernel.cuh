@@ -53,8 +53,9 @@ constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256,
 // setmaxnreg budgets (65536 registers for 512 threads): scores warpgroup, output warpgroup, each
 // producer warpgroup. (A third producer warpgroup does not fit: with 640 threads the launch
 // leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
-// Wide tiles: 176 / 224 / 56 is the split with neither spills nor a stack frame (ptxas -v) in
-// every NVFP4 and FP8 instantiation; the 56-register producers hold one record slice in flight.
+// Wide tiles, pairs: 176 / 224 / 56, the 56-register producers holding one entry's slices; a
+// single CTA (two entries per producer thread): 160 / 224 / 64 (176 / 224 / 56 spilled 64 bytes).
+// Neither spills nor has a stack frame (ptxas -v) in any NVFP4 or FP8 instantiation.
 // The output dims are split between the two consumers: [0, scores_dims) accumulate in the scores
 // warpgroup, the rest in the output warpgroup. Wide tiles give the scores warpgroup (whose chain
 // sets the pace, and which holds 64-entry score accumulators) a quarter of them.
@@ -108,7 +109,7 @@ template <class F, bool kPair, int kTile>
 struct WsSmem {
   static constexpr int k_bufs = 2;
   static constexpr bool register_records = kTile == kWsWideTile;
-  static_assert(kTile == kWsTile || (register_records && !F::kRawIsKRow),
+  static_assert(kTile == kWsTile || (register_records && decode::ws_wide_reads(F::spec)),
                 "64-entry tiles: NVFP4 and FP8 records only (a register slice per format, kv_tile.cuh)");
   static constexpr int tokens_per_cta = kPair ? kTile / 2 : kTile;  // records this CTA gathers per tile
   // Bytes the peer delivers per tile (pairs): its half of the K buffer and, with register
