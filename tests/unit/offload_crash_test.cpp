@@ -56,17 +56,25 @@ void send(int fd, const Note& n) {
 }
 
 // The child: write blocks forever (until killed), alternating between the synchronous disk tier
-// and the store's asynchronous batches; versions start at `first_version`.
+// and the store's asynchronous batches; versions start at `first_version`. The first put (or
+// batch) starts at `first_key`, so that keys no earlier round wrote get written even when
+// kills come early (a sanitizer build writes only a few blocks per round).
 [[noreturn]] void writer(const std::filesystem::path& root, const NamespaceParams& params, int fd, uint64_t first_version,
-                         bool async, uint64_t seed) {
+                         uint32_t first_key, bool async, uint64_t seed) {
   try {
     std::mt19937_64 rng(seed);
     uint64_t version = first_version;
+    bool first = true;
+    const auto next_key = [&] {
+      const uint32_t k = first ? first_key : static_cast<uint32_t>(rng() % kKeys);
+      first = false;
+      return k;
+    };
     if (!async) {
       DiskTier tier(root, params);
       send(fd, {0, 2, 0});
       for (;;) {
-        const uint32_t k = rng() % kKeys;
+        const uint32_t k = next_key();
         send(fd, {k, 0, version});
         tier.put(key_of(k), block_of(k, version, params.block_bytes()));
         send(fd, {k, 1, version});
@@ -78,7 +86,7 @@ void send(int fd, const Note& n) {
     for (;;) {
       std::vector<std::vector<uint8_t>> keys, blocks;
       std::vector<uint32_t> ks;
-      for (uint32_t k = rng() % kKeys, i = 0; i < 4; ++i) ks.push_back((k + i * 5) % kKeys);  // distinct keys
+      for (uint32_t k = next_key(), i = 0; i < 4; ++i) ks.push_back((k + i * 5) % kKeys);  // distinct keys
       std::vector<PutRequest> batch;
       for (uint32_t i = 0; i < 4; ++i) {
         keys.push_back(key_of(ks[i]));
@@ -126,11 +134,18 @@ TEST(OffloadCrash, SigkillWhileWritingNeverExposesAPartialBlockOrLosesAReturnedP
     ASSERT_EQ(::pipe(pipe_fds), 0);
     const uint64_t first_version = next_version;
     const bool async = round % 2 == 1;
+    uint32_t first_key = static_cast<uint32_t>(rng() % kKeys);
+    for (uint32_t k = 0; k < kKeys; ++k)
+      if (!committed.count(k)) {
+        first_key = k;
+        break;
+      }
+    const uint64_t child_seed = rng();
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
       ::close(pipe_fds[0]);
-      writer(dir.path(), params, pipe_fds[1], first_version, async, rng());
+      writer(dir.path(), params, pipe_fds[1], first_version, first_key, async, child_seed);
     }
     ::close(pipe_fds[1]);
     // Usually kill once the store is open (mid-write); sometimes during startup and recovery.
