@@ -116,6 +116,11 @@ TEST(OffloadStore, WorkerPoolQueueIsBounded) {
         ++submitted;
       }
     });
+    // Wait (on a loaded machine the producer may start late) until the queue is full, then give
+    // it time to push past the bound.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (submitted.load() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_EQ(submitted.load(), 2) << "a queue of 2 behind a held worker took " << submitted.load() << " tasks";
     release.set_value();
