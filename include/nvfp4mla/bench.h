@@ -32,6 +32,7 @@ struct DecodeCase {
   int forced_splits = 0;    // 0 = planner
   int64_t capacity = int64_t(1) << 20;  // cache slots the random indices point into (rounded up to 65536s)
   DecodeKernel kernel = DecodeKernel::automatic;  // the planner's choice, or one the device supports
+  bool staged = false;  // extend: the staged extend (staging + attention over bf16 records, timed together)
 };
 
 struct DecodeResult {
@@ -42,6 +43,7 @@ struct DecodeResult {
   double tflops = 0;        // 2 * heads * rows * topk * (576 + 512) / time
   double gbps = 0;          // (records read once per (row, entry) + q + out) / time
   double frac_copy = 0, frac_mma = 0;
+  double staging_us = 0;    // staged extend: the staging alone (median), part of median_us
   // A ceiling measured on the same cache and indices: a plain kernel that only reads every
   // (row, entry) record once (several 16-byte loads in flight per thread, all SMs full).
   // frac_gather = gather_us / median_us.

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a signature or struct below changes; the Python package refuses another. */
-#define NVFP4MLA_C_API_VERSION 2
+#define NVFP4MLA_C_API_VERSION 3
 
 enum {
   NVFP4MLA_OK = 0,
@@ -199,6 +199,17 @@ NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sparse_decode(const nvfp4mla_format* format,
                                                   int32_t device, void* stream);
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sparse_extend(const nvfp4mla_format* format, const nvfp4mla_attention* problem,
                                                   uint16_t* out, float* lse, int32_t device, void* stream);
+/* The staged extend (cuda/sparse_extend.h): each attended record dequantized once into a BF16
+ * record in the workspace, then attention over those; same outputs as nvfp4mla_cuda_sparse_extend.
+ * The workspace holds at least nvfp4mla_cuda_extend_staging_bytes for the problem's capacity, rows
+ * and topk, 256-byte aligned (may be NULL when rows is 0). The byte count is
+ * cuda::extend_staging_layout's, whose scan storage CUB sizes for the current device. */
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_extend_staging_bytes(int64_t capacity, int32_t rows, int32_t topk,
+                                                         uint64_t* bytes);
+NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sparse_extend_staged(const nvfp4mla_format* format,
+                                                         const nvfp4mla_attention* problem, void* workspace,
+                                                         uint64_t workspace_bytes, uint16_t* out, float* lse,
+                                                         int32_t device, void* stream);
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sparse_scores(const nvfp4mla_format* format, const nvfp4mla_attention* problem,
                                                   float* scores, int32_t device, void* stream);
 /* Which reference a decode result is compared against (cuda/sparse_decode.h). */

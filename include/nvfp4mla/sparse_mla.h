@@ -11,6 +11,7 @@
 // never read. Duplicates count once per occurrence. A row with no valid entry gives out = 0
 // and lse = -inf.
 #include <cstdint>
+#include <vector>
 
 #include "nvfp4mla/format.h"
 
@@ -58,6 +59,16 @@ void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& args, flo
 // -inf where the entry is masked (its record is never read).
 void sparse_mla_scores_reference(const RecordSpec& spec, const SparseMlaArgs& args, float* scores,
                                  const ReferenceOptions& options = {});
+
+// What the staged extend (cuda/sparse_extend.h) builds, on the CPU: the attended slots (valid
+// entries of any row) in slot order, each dequantized once into a bf16-1152 record of its K row
+// rounded to BF16, and every entry's staged record (-1 where masked).
+struct StagedRecordsReference {
+  std::vector<uint8_t> records;  // count x 1152 bytes
+  std::vector<int32_t> indices;  // [rows, topk]
+  int64_t count = 0;
+};
+StagedRecordsReference stage_records_reference(const RecordSpec& spec, const SparseMlaArgs& args);
 
 // Checks shapes and pointers shared by every implementation; throws Error.
 void validate_sparse_mla_args(const RecordSpec& spec, const SparseMlaArgs& args);

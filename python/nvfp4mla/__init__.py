@@ -9,7 +9,8 @@ caller's CUDA stream (torch's or CuPy's current stream, or ``stream=``).
 - Records: :func:`encode`, :func:`decode` (CPU); :func:`write_cache`, :func:`gather_records`,
   :func:`scatter_records` (CPU or GPU).
 - Attention (GPU): :func:`plan_decode` -> :class:`DecodePlan`, :func:`sparse_decode`,
-  :func:`sparse_extend`, :func:`sparse_scores`; CPU references :func:`sparse_mla_reference`,
+  :func:`sparse_extend` (staged with a workspace of :func:`extend_staging_bytes`),
+  :func:`sparse_scores`; CPU references :func:`sparse_mla_reference`,
   :func:`sparse_scores_reference`.
 - Serving: :func:`plan_route`, :func:`plan_scratch`, :func:`plan_capacity`, :func:`verifier_rows`.
 - Selection (CPU or GPU): :func:`encode_index_keys`, :func:`write_index_cache`,
@@ -26,8 +27,9 @@ before the library is called raise :class:`ArgumentError` (also a ValueError).
 """
 from ._lib import ArgumentError, Error, UnsupportedError
 from ._lib import lib as _library
-from .attention import (DecodePlan, built_with_cuda, cuda_device_count, cuda_sm_count, plan_decode, sparse_decode,
-                        sparse_extend, sparse_mla_reference, sparse_scores, sparse_scores_reference)
+from .attention import (DecodePlan, built_with_cuda, cuda_device_count, cuda_sm_count, extend_staging_bytes,
+                        plan_decode, sparse_decode, sparse_extend, sparse_mla_reference, sparse_scores,
+                        sparse_scores_reference)
 from .config import FormatConfig
 from .offload import OpResult, Store
 from .records import (LATENT_DIM, QK_DIM, ROPE_DIM, decode, encode, gather_records, scatter_records,
@@ -45,9 +47,9 @@ library_path = _library._nvfp4mla_path
 __all__ = [
     "ArgumentError", "CapacityPlan", "DecodePlan", "Error", "FormatConfig", "LATENT_DIM", "OpResult", "QK_DIM",
     "ROPE_DIM", "RouteDecision", "ScratchPlan", "Store", "UnsupportedError", "built_with_cuda", "cuda_device_count",
-    "cuda_sm_count", "decode", "decode_q_per_request", "decode_qualified", "encode", "gather_records",
-    "library_path", "parse_spec_decode_mode", "plan_capacity", "plan_decode", "plan_route", "plan_scratch",
-    "scatter_records", "sparse_decode", "sparse_extend", "sparse_mla_reference", "sparse_scores",
+    "cuda_sm_count", "decode", "decode_q_per_request", "decode_qualified", "encode", "extend_staging_bytes",
+    "gather_records", "library_path", "parse_spec_decode_mode", "plan_capacity", "plan_decode", "plan_route",
+    "plan_scratch", "scatter_records", "sparse_decode", "sparse_extend", "sparse_mla_reference", "sparse_scores",
     "sparse_scores_reference", "verifier_rows", "write_cache",
     "INDEX_KEY_DIM", "INDEX_KEY_RECORD_BYTES", "FusedSelectPlan", "TopkPlan", "encode_index_keys", "fused_select",
     "fused_select_ragged", "gather_index_keys", "gather_index_records", "indexer_logits", "indexer_logits_paged",

@@ -15,7 +15,7 @@ import os
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
                     c_uint64, c_void_p)
 
-C_API_VERSION = 2
+C_API_VERSION = 3
 LIBRARY_FILE = "libnvfp4mla_c.so"
 
 
@@ -232,6 +232,8 @@ _SIGNATURES = {
     "nvfp4mla_cuda_scatter_records": (c_int, [c_int32, P, P, c_int64, P, c_int64, P, c_int32, P]),
     "nvfp4mla_cuda_sparse_decode": (c_int, [_P_FORMAT, _P_ATTN, _P_PLAN, P, c_uint64, P, P, c_int32, P]),
     "nvfp4mla_cuda_sparse_extend": (c_int, [_P_FORMAT, _P_ATTN, P, P, c_int32, P]),
+    "nvfp4mla_cuda_extend_staging_bytes": (c_int, [c_int64, c_int32, c_int32, POINTER(c_uint64)]),
+    "nvfp4mla_cuda_sparse_extend_staged": (c_int, [_P_FORMAT, _P_ATTN, P, c_uint64, P, P, c_int32, P]),
     "nvfp4mla_cuda_sparse_scores": (c_int, [_P_FORMAT, _P_ATTN, P, c_int32, P]),
     "nvfp4mla_cuda_decode_numerics": (c_int, [_P_FORMAT, _P_PLAN, _P_I32, _P_I32]),
     "nvfp4mla_parse_spec_decode_mode": (c_int, [c_char_p, _P_I32]),

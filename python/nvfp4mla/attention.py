@@ -12,7 +12,7 @@ and ``lse`` (and a workspace) to capture them in a CUDA graph.
 """
 import ctypes
 import sys
-from ctypes import byref, c_int, c_int32
+from ctypes import byref, c_int, c_int32, c_uint64
 
 from . import _lib, _tensor
 from ._lib import Attention, DecodePlanC, lib
@@ -20,6 +20,8 @@ from ._tensor import CPU, CUDA, check, require_device, view
 from .records import LATENT_DIM, QK_DIM, cache_geometry, resolve_stream
 
 _BF16 = ("bfloat16", "uint16")
+_WORKSPACE_DTYPES = ("uint8", "int8")
+_STAGING_ALIGNMENT = 256
 PLAN_FIELDS = ("head_group", "num_head_groups", "warps", "tile_tokens", "ctas_per_sm", "stages", "num_tiles",
                "splits", "tiles_per_split", "partial_bytes")
 
@@ -268,28 +270,67 @@ def _decode_checked(plan, q, cache, indices, topk_length, sm_scale, workspace, o
     return out, lse
 
 
+def extend_staging_bytes(capacity, rows, topk):
+    """Bytes of the workspace of a staged :func:`sparse_extend` over a cache of ``capacity`` slots
+    with ``rows`` query rows of ``topk`` indices (CUDA builds; host-only, launches nothing): room
+    for min(capacity, rows * topk) dequantized BF16 records, the per-slot bookkeeping and the
+    rewritten indices."""
+    size = c_uint64()
+    _lib.call(lib.nvfp4mla_cuda_extend_staging_bytes, int(capacity), int(rows), int(topk), byref(size))
+    return size.value
+
+
 def sparse_extend(q, cache, indices, topk_length, sm_scale, config, out=None, lse=None, *, lse_base2=False,
-                  stream=None):
+                  stream=None, workspace=None):
     """Sparse MLA extend/prefill on the GPU: each row (prefill chunk token, MTP verifier token)
-    runs one softmax over its whole top-k list; no plan, no workspace.
+    runs one softmax over its whole top-k list; no plan.
+
+    workspace: None reads the records straight from the cache. A uint8 (or int8) device buffer of
+    at least :func:`extend_staging_bytes` (cache capacity, rows, topk) bytes, 256-byte aligned,
+    runs the staged extend instead: each attended record is dequantized once into a BF16 record
+    there, then the rows attend over those (for prefill chunks, whose rows x topk entries are many
+    more than the distinct slots they attend).
     Returns (out bfloat16 [rows, heads, 512], lse float32 [rows, heads])."""
     return extend_with(config.format(), config.record_bytes, q, cache, indices, topk_length, sm_scale, out, lse,
-                       lse_base2, stream)
+                       lse_base2, stream, workspace)
 
 
-def extend_with(fmt, record_bytes, q, cache, indices, topk_length, sm_scale, out, lse, lse_base2=False, stream=None):
+def extend_with(fmt, record_bytes, q, cache, indices, topk_length, sm_scale, out, lse, lse_base2=False, stream=None,
+                workspace=None):
     """sparse_extend with the format given as the C struct (what the torch ops pass)."""
     op = "sparse_extend"
     s = resolve_stream(stream, q)
     vq, vc, vi, vl = _views(s, q, cache, indices, topk_length)
     problem = _problem(op, vq, vc, vi, vl, record_bytes, sm_scale, lse_base2)
     rows, heads = problem.rows, problem.heads
-    require_device(op, (("q", vq), ("cache", vc), ("indices", vi), ("topk_length", vl)), CUDA)
+    vw = None
+    if workspace is not None:
+        vw = view(workspace, s)
+        check(vw, op, "workspace", _WORKSPACE_DTYPES, (None,) * len(vw.shape))
+    require_device(op, (("q", vq), ("cache", vc), ("indices", vi), ("topk_length", vl), ("workspace", vw)), CUDA)
     out, vo = _output(op, "out", out, vq, (rows, heads, LATENT_DIM), _BF16, s)
     lse, vs = _output(op, "lse", lse, vq, (rows, heads), ("float32",), s)
     device = require_device(op, (("q", vq), ("out", vo), ("lse", vs)), CUDA)
-    _lib.call(lib.nvfp4mla_cuda_sparse_extend, byref(fmt), byref(problem), vo.ptr, vs.ptr, device, s)
+    if vw is None:
+        _lib.call(lib.nvfp4mla_cuda_sparse_extend, byref(fmt), byref(problem), vo.ptr, vs.ptr, device, s)
+        return out, lse
+    ws_bytes = _staging_workspace_bytes(op, vw, problem)
+    _lib.call(lib.nvfp4mla_cuda_sparse_extend_staged, byref(fmt), byref(problem), vw.ptr, ws_bytes, vo.ptr, vs.ptr,
+              device, s)
     return out, lse
+
+
+def _staging_workspace_bytes(op, vw, problem):
+    """The size of a staged extend's workspace view, refused when short or misaligned."""
+    need = extend_staging_bytes(problem.capacity, problem.rows, problem.topk)
+    have = _numel(vw.shape)
+    if have < need:
+        raise _lib.ArgumentError(f"{op}: the staged extend needs a workspace of {need} bytes (capacity "
+                                 f"{problem.capacity}, {problem.rows} rows, topk {problem.topk}), got {have}")
+    if vw.ptr % _STAGING_ALIGNMENT:
+        raise _lib.ArgumentError(f"{op}: workspace must be {_STAGING_ALIGNMENT}-byte aligned, got address "
+                                 f"{vw.ptr:#x}")
+    return have
 
 
 def sparse_scores(q, cache, indices, topk_length, sm_scale, config, out=None, *, stream=None):

@@ -114,11 +114,31 @@ def test_gpu_functions_refuse_host_memory():
     cfg = nvfp4mla.FormatConfig()
     q, cache, indices, _ = problem(cfg, rows=2, heads=16, topk=64, capacity=70, seed=24)
     plan = nvfp4mla.plan_decode(cfg, rows=2, heads=16, topk=64, sm_count=132, splits=1)
+    workspace = np.zeros(256, np.uint8)
     for call in (lambda: nvfp4mla.sparse_decode(q, cache, indices, None, 0.1, plan, None),
                  lambda: nvfp4mla.sparse_extend(q, cache, indices, None, 0.1, cfg),
+                 lambda: nvfp4mla.sparse_extend(q, cache, indices, None, 0.1, cfg, workspace=workspace),
                  lambda: nvfp4mla.sparse_scores(q, cache, indices, None, 0.1, cfg)):
         with pytest.raises(nvfp4mla.ArgumentError, match=r"q must be on a CUDA device, got uint16 \[2, 16, 576\] on cpu"):
             call()
+
+
+def test_staged_extend_checks_its_workspace_before_the_device():
+    cfg = nvfp4mla.FormatConfig()
+    q, cache, indices, _ = problem(cfg, rows=2, heads=16, topk=64, capacity=70, seed=26)
+    with pytest.raises(nvfp4mla.ArgumentError, match=r"sparse_extend: workspace must be uint8 or int8, got float32"):
+        nvfp4mla.sparse_extend(q, cache, indices, None, 0.1, cfg, workspace=np.zeros(64, np.float32))
+    with pytest.raises(nvfp4mla.ArgumentError, match="sparse_extend: workspace must be contiguous"):
+        nvfp4mla.sparse_extend(q, cache, indices, None, 0.1, cfg, workspace=np.zeros((8, 8), np.uint8)[:, ::2])
+
+
+def test_extend_staging_bytes_refuses_bad_shapes():
+    with pytest.raises(nvfp4mla.Error) as e:
+        nvfp4mla.extend_staging_bytes(1024, 4, 0)
+    if nvfp4mla.built_with_cuda():  # the arguments are checked before the device is asked anything
+        assert "capacity >= 0, rows >= 0 and topk > 0 required" in str(e.value)
+    else:
+        assert isinstance(e.value, nvfp4mla.UnsupportedError) and "built without CUDA" in str(e.value)
 
 
 def test_sparse_decode_checks_shapes_against_the_plan():

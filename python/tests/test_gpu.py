@@ -1,7 +1,8 @@
 """GPU tests of the package (skipped without torch, CUDA and a CUDA build of the library):
 the GPU writer bit-identical to the CPU encoder, sparse decode/extend/scores against the fp64
-reference with the kernels' tolerances, the torch ops (registration, fake tensors, opcheck,
-torch.compile, CUDA-graph capture and replay) and argument rejection."""
+reference with the kernels' tolerances, the staged extend equal to the direct one, the torch ops
+(registration, fake tensors, opcheck, torch.compile, CUDA-graph capture and replay) and argument
+rejection."""
 import math
 
 import numpy as np
@@ -185,6 +186,33 @@ def test_sparse_extend_matches_the_reference(f):
     want_out, want_lse = reference(cfg, q, cache, indices, lengths, 0.05, rounds_k)
     assert_attention_close(out, lse, want_out, want_lse, row_value_scale(cfg, cache, indices, lengths),
                            5e-5 if weights_bf16 else 5e-6)
+
+
+@pytest.mark.parametrize("f", [ALL_FORMATS[4], ALL_FORMATS[6]], ids=format_id)
+def test_staged_sparse_extend_matches_the_direct_one(f):
+    cfg = nvfp4mla.FormatConfig(**f)
+    rows, heads, topk = 6, 64, 200
+    q, cache, indices, lengths = make_problem(cfg, rows=rows, heads=heads, topk=topk, seed=22, lengths=True)
+    need = nvfp4mla.extend_staging_bytes(cache.shape[0], rows, topk)
+    workspace = torch.full((need + 256,), 0xFF, dtype=torch.uint8, device=DEV)  # poisoned
+    direct_out, direct_lse = nvfp4mla.sparse_extend(q, cache, indices, lengths, 0.05, cfg)
+    out = torch.full((rows, heads, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    lse = torch.full((rows, heads), float("nan"), dtype=torch.float32, device=DEV)
+    got_out, got_lse = nvfp4mla.sparse_extend(q, cache, indices, lengths, 0.05, cfg, out, lse,
+                                              workspace=workspace[:need])
+    assert got_out is out and got_lse is lse
+    torch.cuda.synchronize()
+    if torch.cuda.get_device_capability() == (9, 0):
+        # Both run the 64-entry Hopper kernel on the same BF16 operands: the same bits.
+        assert torch.equal(out.view(torch.int16), direct_out.view(torch.int16))
+        assert torch.equal(lse.view(torch.int32), direct_lse.view(torch.int32))
+    else:
+        want_out, want_lse = reference(cfg, q, cache, indices, lengths, 0.05, True)
+        assert_attention_close(out, lse, want_out, want_lse, row_value_scale(cfg, cache, indices, lengths), 5e-5)
+    with pytest.raises(nvfp4mla.ArgumentError, match=f"needs a workspace of {need} bytes"):
+        nvfp4mla.sparse_extend(q, cache, indices, lengths, 0.05, cfg, workspace=workspace[:need - 1])
+    with pytest.raises(nvfp4mla.ArgumentError, match="workspace must be 256-byte aligned"):
+        nvfp4mla.sparse_extend(q, cache, indices, lengths, 0.05, cfg, workspace=workspace[16:need + 16])
 
 
 def bf16_round(x):

@@ -160,6 +160,24 @@ int nvfp4mla_cuda_sparse_extend(const nvfp4mla_format* format, const nvfp4mla_at
   });
 }
 
+int nvfp4mla_cuda_extend_staging_bytes(int64_t capacity, int32_t rows, int32_t topk, uint64_t* bytes) {
+  return guarded([&] {
+    require(bytes, "bytes");
+    *bytes = cuda::extend_staging_layout(capacity, rows, topk).total_bytes;
+  });
+}
+
+int nvfp4mla_cuda_sparse_extend_staged(const nvfp4mla_format* format, const nvfp4mla_attention* problem,
+                                       void* workspace, uint64_t workspace_bytes, uint16_t* out, float* lse,
+                                       int32_t device, void* stream) {
+  return guarded([&] {
+    const RecordSpec spec = spec_of(format);
+    const SparseMlaArgs a = attention_args(problem, format->layer_scale);
+    DeviceScope scope(device);
+    cuda::sparse_extend_staged(spec, a, workspace, workspace_bytes, out, lse, stream_of(stream));
+  });
+}
+
 int nvfp4mla_cuda_sparse_scores(const nvfp4mla_format* format, const nvfp4mla_attention* problem, float* scores,
                                 int32_t device, void* stream) {
   return guarded([&] {
@@ -207,6 +225,13 @@ int nvfp4mla_cuda_sparse_decode(const nvfp4mla_format*, const nvfp4mla_attention
 int nvfp4mla_cuda_sparse_extend(const nvfp4mla_format*, const nvfp4mla_attention*, uint16_t*, float*, int32_t,
                                 void*) {
   return guarded([] { no_cuda("sparse_extend"); });
+}
+int nvfp4mla_cuda_extend_staging_bytes(int64_t, int32_t, int32_t, uint64_t*) {
+  return guarded([] { no_cuda("extend_staging_bytes"); });
+}
+int nvfp4mla_cuda_sparse_extend_staged(const nvfp4mla_format*, const nvfp4mla_attention*, void*, uint64_t, uint16_t*,
+                                       float*, int32_t, void*) {
+  return guarded([] { no_cuda("sparse_extend_staged"); });
 }
 int nvfp4mla_cuda_sparse_scores(const nvfp4mla_format*, const nvfp4mla_attention*, float*, int32_t, void*) {
   return guarded([] { no_cuda("sparse_scores"); });

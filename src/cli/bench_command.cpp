@@ -32,6 +32,7 @@ struct BenchFlags {
   std::string l2_flush = "read";
   std::string json_path;
   std::string kernel = "automatic";  // bench decode
+  bool staged = false;               // bench extend
 };
 
 std::vector<RecordSpec> specs_of(const BenchFlags& f) {
@@ -108,7 +109,7 @@ void run_decode_bench(const BenchFlags& f) {
                              {128, 64, 2048},  {32, 128, 2048}, {8, 128, 2048},  {3, 128, 2048},
                              {128, 8, 2048},   {128, 32, 2048}, {148, 128, 16384}};
     for (const auto& spec : specs)
-      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits, f.capacity, kernel});
+      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits, f.capacity, kernel, f.staged});
   } else {
     const auto rows = f.rows.empty() ? std::vector<int>{256} : f.rows;
     const auto heads = f.heads.empty() ? std::vector<int>{128} : f.heads;
@@ -116,7 +117,7 @@ void run_decode_bench(const BenchFlags& f) {
     for (const auto& spec : specs)
       for (int r : rows)
         for (int h : heads)
-          for (int k : topk) cases.push_back({r, h, k, spec, f.splits, f.capacity, kernel});
+          for (int k : topk) cases.push_back({r, h, k, spec, f.splits, f.capacity, kernel, f.staged});
   }
   const auto opt = options_of(f);
   const auto ceil = bench::measure_ceilings(opt);
@@ -128,14 +129,17 @@ void run_decode_bench(const BenchFlags& f) {
               "splits", "median us", "TFLOP/s", "GB/s", "%MMA", "%copy", "gather us", "%gather", "MHz");
   nlohmann::json j = {{"ceilings", ceilings_json(ceil, opt)}, {"decode", nlohmann::json::array()}};
   for (const auto& r : res) {
+    const std::string kernel_name = (r.c.staged ? "staged+" : "") + std::string(to_string(r.kernel));
     std::printf("%-26s %5d %5d %6d %-17s %6d %10.1f %9.1f %9.0f %6.1f%% %6.1f%% %9.1f %7.1f%% %5.0f%s\n", spec_name(r.c.spec).c_str(),
-                r.c.rows, r.c.heads, r.c.topk, to_string(r.kernel), r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
+                r.c.rows, r.c.heads, r.c.topk, kernel_name.c_str(), r.splits, r.median_us, r.tflops, r.gbps, 100 * r.frac_mma, 100 * r.frac_copy,
                 r.gather_us, 100 * r.frac_gather, r.clock_mhz, r.finite ? "" : "  NON-FINITE OUTPUT");
     j["decode"].push_back({{"format", spec_name(r.c.spec)}, {"rows", r.c.rows}, {"heads", r.c.heads}, {"topk", r.c.topk},
                            {"kernel", to_string(r.kernel)}, {"splits", r.splits}, {"head_group", r.head_group}, {"median_us", r.median_us},
                            {"min_us", r.min_us}, {"tflops", r.tflops}, {"gbps", r.gbps}, {"frac_mma", r.frac_mma},
                            {"frac_copy", r.frac_copy}, {"gather_us", r.gather_us}, {"frac_gather", r.frac_gather},
-                           {"capacity", r.c.capacity}, {"finite", r.finite}, {"clock_mhz", r.clock_mhz}});
+                           {"capacity", r.c.capacity}, {"finite", r.finite}, {"clock_mhz", r.clock_mhz},
+                           {"staged", r.c.staged}, {"staging_us", r.staging_us}});
+    if (r.c.staged) std::printf("%-26s staging (part of the time above): %.1f us\n", "", r.staging_us);
   }
   write_json(f.json_path, j);
 }
@@ -314,6 +318,12 @@ void add_bench_command(CLI::App& app) {
   ext->add_option("--rows", f->rows, "query rows (default 4096)");
   ext->add_option("--heads", f->heads, "query heads per row (default 128 and 64)");
   ext->add_option("--topk", f->topk, "top-k entries per row (default 2048)");
+  ext->add_option("--capacity", f->capacity, "cache slots the random indices point into (rounded up to a multiple of 65536)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 26))
+      ->capture_default_str();
+  ext->add_flag("--staged", f->staged,
+                "the staged extend: dequantize each attended record once into bf16 records, then attend over those "
+                "(staging included in the time)");
   ext->callback([f] {
     f->splits = 1;
     if (f->rows.empty()) f->rows = {4096};

@@ -104,20 +104,9 @@ class GpuSparseDecode : public ::testing::TestWithParam<DecodeKernel> {
 
 // Compare with the fp64 reference on the kernel's operands (output_compare.h).
 int64_t compare(const AttentionProblem& p, const GpuResult& g, LseBase base = LseBase::natural) {
-  std::vector<float> ref_out(static_cast<size_t>(p.rows) * p.heads * kLatentDim), ref_lse(static_cast<size_t>(p.rows) * p.heads);
   SparseMlaArgs a = p.host_args();
   a.lse_base = base;
-  const bool bf16_k = cuda::decode_rounds_k_to_bf16(p.spec, g.plan);
-  sparse_mla_reference(p.spec, a, ref_out.data(), ref_lse.data(), {.bf16_operands = bf16_k});
-  const auto bounds = nvfp4mla::testing::oracle::attention(
-      p.spec, a, {.bf16_operands = bf16_k, .bounds = true, .split_entries = nvfp4mla::testing::plan_split_entries(g.plan)});
-  std::vector<float> got(g.out.size());
-  for (size_t i = 0; i < got.size(); ++i) got[i] = codec::bf16_decode(g.out[i]);
-  // Kernels with BF16 weights (all but the portable 16-head NVFP4 kernel, whose weights carry a
-  // BF16 remainder): each (row, head) within 10x FlashMLA's cosine limit, the whole output within it.
-  const double row_cos_limit = cuda::decode_weights_are_bf16(p.spec, g.plan) ? 5e-5 : 5e-6;
-  const auto c = nvfp4mla::testing::compare_attention(got, ref_out, g.lse, ref_lse, bounds, p.heads,
-                                                      {.cos_limit = 5e-6, .row_cos_limit = row_cos_limit});
+  const auto c = nvfp4mla::testing::compare_plan_with_reference(p.spec, a, g.plan, g.out, g.lse);
   g_margins.element = std::max(g_margins.element, c.worst_element);
   g_margins.norm = std::max(g_margins.norm, c.worst_norm);
   g_margins.cos = std::max(g_margins.cos, c.worst_cos);
@@ -244,7 +233,7 @@ TEST_P(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
 // A plan that names no kernel, or one the device cannot run, is refused before any launch.
 TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
   NVFP4MLA_REQUIRE_GPU();
-  // bf16 records: no 16-head or wide-tile kernel reads them, on any device.
+  // bf16 records: no 16-head kernel and no wide pair reads them, on any device.
   const auto p = make_problem(kAllSpecs[0], 2, 128, 256, 5);
   const ArchSpec arch = current_device_arch();
   int refused = 0;
@@ -279,11 +268,11 @@ TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
 
 // Small enough for compute-sanitizer: the 64-head path (warp-specialized on sm_90) and the
 // 16-head path, several splits, masked entries, an empty row; NVFP4 and fp8 records (the two
-// register-slice formats of the 64-entry kernels).
+// register-slice formats of the 64-entry kernels) and bf16 records (which sm90_ws_wide copies).
 TEST_P(GpuSparseDecode, SanitizerSized) {
   ProblemOptions opt;
   opt.lengths = true;
-  for (const auto& spec : {kAllSpecs[6], kAllSpecs[1]})
+  for (const auto& spec : {kAllSpecs[6], kAllSpecs[1], kAllSpecs[0]})
     for (int heads : {16, 64, 128}) {  // 128: the cluster-pair kernels on sm_90
       SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads));
       if (!runs(spec, heads)) continue;

@@ -20,8 +20,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "nvfp4mla/codec.h"
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/format.h"
+#include "nvfp4mla/sparse_mla.h"
 #include "support/attention_oracle.h"
 
 namespace nvfp4mla::testing {
@@ -96,6 +98,25 @@ inline Comparison compare_attention(const std::vector<float>& got_out, const std
     if (!(cos_diff <= limits.cos_limit) && fail()) ADD_FAILURE() << "whole output: cosine difference " << cos_diff;
   }
   return c;
+}
+
+// A decode-plan kernel's BF16 output and LSE against the fp64 reference on its operands, within the
+// oracle's bounds: K rounded to BF16 where the plan's kernel does, its splits' partials, and
+// FlashMLA's cosine limit per (row, head) (10x looser for kernels with BF16 weights, all but the
+// portable 16-head NVFP4 kernel, whose weights carry a BF16 remainder).
+inline Comparison compare_plan_with_reference(const RecordSpec& spec, const SparseMlaArgs& host_args,
+                                              const DecodePlan& plan, const std::vector<uint16_t>& out_bf16,
+                                              const std::vector<float>& lse) {
+  const size_t rows_heads = static_cast<size_t>(host_args.rows) * host_args.heads;
+  std::vector<float> ref_out(rows_heads * kLatentDim), ref_lse(rows_heads);
+  const bool bf16_k = decode_rounds_k_to_bf16(plan.kernel);
+  sparse_mla_reference(spec, host_args, ref_out.data(), ref_lse.data(), {.bf16_operands = bf16_k});
+  const auto bounds = oracle::attention(spec, host_args,
+                                        {.bf16_operands = bf16_k, .bounds = true, .split_entries = plan_split_entries(plan)});
+  std::vector<float> got(out_bf16.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = codec::bf16_decode(out_bf16[i]);
+  const double row_cos_limit = decode_weights_are_bf16(plan.kernel) ? 5e-5 : 5e-6;
+  return compare_attention(got, ref_out, lse, ref_lse, bounds, host_args.heads, {.cos_limit = 5e-6, .row_cos_limit = row_cos_limit});
 }
 
 }  // namespace nvfp4mla::testing

@@ -14,6 +14,7 @@
 #include "nvfp4mla/bench.h"
 #include "nvfp4mla/cuda/cache_write.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
+#include "nvfp4mla/cuda/sparse_extend.h"
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/device.h"
 #include "nvfp4mla/error.h"
@@ -173,9 +174,13 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     Dev<int32_t> idx(size_t(c.rows) * c.topk);
     fill_bf16<<<kFillBlocks, kFillThreads>>>(q.p, int64_t(q_elems), 30, 1.0f);
     fill_indices<<<kFillBlocks, kFillThreads>>>(idx.p, int64_t(c.rows) * c.topk, 40, capacity);
-    const auto plan = plan_sparse_decode(c.spec, c.rows, c.heads, c.topk, arch, c.forced_splits, c.kernel);
-    const auto ws_layout = decode_workspace_layout(plan, c.rows, c.heads);
-    Dev<uint8_t> ws(ws_layout.total_bytes);
+    if (c.staged && (c.kernel != DecodeKernel::automatic || c.forced_splits > 1))
+      throw Error("bench: the staged extend picks its own kernel and runs one split per row");
+    const auto plan = c.staged ? cuda::plan_extend_staged(c.rows, c.heads, c.topk, arch)
+                               : plan_sparse_decode(c.spec, c.rows, c.heads, c.topk, arch, c.forced_splits, c.kernel);
+    const size_t ws_bytes = c.staged ? cuda::extend_staging_layout(capacity, c.rows, c.topk).total_bytes
+                                     : decode_workspace_layout(plan, c.rows, c.heads).total_bytes;
+    Dev<uint8_t> ws(ws_bytes);
     SparseMlaArgs a;
     a.q = q.p;
     a.rows = c.rows;
@@ -186,8 +191,15 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     a.topk = c.topk;
     a.sm_scale = 1.0f / 24.0f;
     a.layer_scale = 0.01f;
-    const auto ms = time_runs([&] { cuda::sparse_decode(c.spec, a, plan, ws.p, ws_layout.total_bytes, o.p, lse.p, s); },
-                              opt, flush, s);
+    const auto ms = time_runs(
+        [&] {
+          if (c.staged) cuda::sparse_extend_staged(c.spec, a, ws.p, ws_bytes, o.p, lse.p, s);
+          else cuda::sparse_decode(c.spec, a, plan, ws.p, ws_bytes, o.p, lse.p, s);
+        },
+        opt, flush, s);
+    double staging_us = 0;
+    if (c.staged)
+      staging_us = median(time_runs([&] { cuda::stage_records(c.spec, a, ws.p, ws_bytes, s); }, opt, flush, s)) * 1e3;
     Dev<uint32_t> sink(1);
     const int64_t records = int64_t(c.rows) * c.topk;
     const auto gather_ms = time_runs(
@@ -214,6 +226,7 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     r.gbps = bytes / (r.median_us * 1e-6) / 1e9;
     r.frac_copy = ceil.copy_gbps > 0 ? r.gbps / ceil.copy_gbps : 0;
     r.frac_mma = ceil.bf16_tflops > 0 ? r.tflops / ceil.bf16_tflops : 0;
+    r.staging_us = staging_us;
     r.gather_us = median(gather_ms) * 1e3;
     r.frac_gather = r.gather_us / r.median_us;
     r.finite = nbad == 0;

@@ -49,6 +49,14 @@ __device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {
 #endif
 }
 
+// Arrive on this CTA's mbarrier once every cp.async this thread issued before has landed. The
+// arrival is one of the barrier's expected arrivals (.noinc), counted in its init count.
+__device__ __forceinline__ void arrive_on_async_copies(uint32_t bar) {
+#ifdef NVFP4MLA_MBARRIER
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
 // Wait until the phase with parity `parity` of this CTA's mbarrier has completed (acquire, CTA scope).
 __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
 #ifdef NVFP4MLA_MBARRIER

@@ -57,6 +57,12 @@ __device__ __forceinline__ void cp_async_4_zfill(void* smem, const void* gmem, i
 }
 // Fetch the 128-byte line holding `p` into L2 (no register, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+// Fetch `bytes` (a multiple of 16) from `p` into L2 with one bulk prefetch (sm_90; nothing before).
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // Wait until at most `kPending` of this thread's committed groups are still in flight.

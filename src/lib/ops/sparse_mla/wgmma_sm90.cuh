@@ -26,6 +26,15 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t smem_addr, uint32_t lbo_b
          (static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32);
 }
 
+// 128-byte swizzled layout (Swizzle<3,4,3>: the 16-byte chunk bits 4-6 of an address are XORed
+// with its row bits 7-9, so the layout's atoms must start 1024-byte aligned). An atom is 8 rows of
+// 128 contiguous bytes. K-major: rows along M/N, SBO = next 8 rows, LBO unused (K stays inside a
+// row: advance the start by 32 bytes per 16 values). MN-major: rows along K, LBO = next 64 M/N
+// values (the next atom column), SBO = next 8 K rows.
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return smem_desc(smem_addr, lbo_bytes, sbo_bytes) | (uint64_t{1} << 62);
+}
+
 // The descriptor of the same layout `bytes` further on (a multiple of 16): the address field
 // is the low 14 bits and tiles stay below 256 KB, so the add never carries into the strides.
 // Keep `bytes` a compile-time constant in unrolled loops: the add then folds into the

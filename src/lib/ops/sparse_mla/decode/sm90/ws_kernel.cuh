@@ -29,7 +29,11 @@
 // chain of the scores warpgroup runs once per 64 entries, and the score MMAs are m64n64k16,
 // whose shared-memory reads balance the tensor rate where n32 reads 1.5x what the shared memory
 // delivers). Q and two 64-entry K buffers fill the shared memory, so those producers load their
-// records straight into registers, one step ahead (FlashMLA's FP8 kernel does the same).
+// records straight into registers, one step ahead (FlashMLA's FP8 kernel does the same). A
+// single CTA also reads bf16 records on 64-entry tiles: their rows are K rows already, and
+// cp.async copies them into K buffers laid out as 128-byte swizzled rows (what the staged extend
+// attends over): eight lanes copy one whole 128-byte line of a record, where the core-matrix
+// layout would take a 16-byte piece of each of eight records.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -108,9 +112,15 @@ __device__ __forceinline__ int core_offset(int r, int d) { return ((d >> 3) * kR
 template <class F, bool kPair, int kTile>
 struct WsSmem {
   static constexpr int k_bufs = 2;
-  static constexpr bool register_records = kTile == kWsWideTile;
-  static_assert(kTile == kWsTile || (register_records && decode::ws_wide_reads(F::spec)),
-                "64-entry tiles: NVFP4 and FP8 records only (a register slice per format, kv_tile.cuh)");
+  static constexpr bool wide = kTile == kWsWideTile;  // no raw record stages in shared memory
+  static_assert(kTile == kWsTile || (wide && decode::ws_wide_reads(F::spec, kPair)),
+                "64-entry tiles: a register slice per format (kv_tile.cuh), or bf16 records in a single CTA");
+  static constexpr bool copies_records = wide && decode::ws_wide_copies(F::spec);  // cp.async into the K buffers
+  static constexpr bool register_records = wide && !copies_records;
+  // Full-barrier arrivals per use: every producer thread; with copied records each thread's
+  // copies arrive (noinc) and one thread per entry arrives again after writing its mask.
+  static constexpr int mask_writers = kWsProducers / 8;  // copied records: one thread per 8-lane group
+  static constexpr uint32_t full_arrivals = kWsProducers + (copies_records ? mask_writers : 0);
   static constexpr int tokens_per_cta = kPair ? kTile / 2 : kTile;  // records this CTA gathers per tile
   // Bytes the peer delivers per tile (pairs): its half of the K buffer and, with register
   // records, its entries' masks.
@@ -128,7 +138,7 @@ struct WsSmem {
   static constexpr size_t bytes_for(int stages) {
     return raw_off + stages * raw_stage_bytes + (stages > 0 ? size_t(2 * stages + 1) * kTile * 4 : 0);
   }
-  static constexpr int stages = register_records                       ? 0
+  static constexpr int stages = wide                                   ? 0
                                 : bytes_for(4) <= decode::kSmemBudgetPerBlock   ? 4
                                 : bytes_for(3) <= decode::kSmemBudgetPerBlock ? 3
                                 : bytes_for(2) <= decode::kSmemBudgetPerBlock ? 2
@@ -179,7 +189,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int ptid = tid - kWsConsumers;  // producer thread index (negative in consumers)
   if (tid == 0) {
     for (int b = 0; b < kWsKBufs; ++b) {
-      mbarrier::init(full_bar(b), kWsProducers);   // every producer thread of this CTA
+      mbarrier::init(full_bar(b), Smem::full_arrivals);  // this CTA's producers
       mbarrier::init(remote_full_bar(b), 1);       // this CTA's expect-tx arrival (+ the peer's bytes)
       mbarrier::init(empty_bar(b), 8 * kCtas);     // one lane per consumer warp of each CTA
     }
@@ -221,7 +231,67 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       wgmma::fence_proxy_async_smem();  // the tensor cores read these buffers next
       mbarrier::arrive(full_bar(b));
     };
-    if constexpr (Smem::register_records) {
+    if constexpr (Smem::copies_records) {
+      // BF16 records are K rows already: cp.async copies them straight into the K buffer (no
+      // registers, no dequantization), laid out as 128-byte swizzled rows: segment s (dims
+      // [64s, 64s + 64)) of entry t is the 128-byte row at s * kSegBytes + 128 t, its 16-byte chunk
+      // j stored at chunk j ^ (t % 8). Eight lanes copy one whole line (a segment of one entry),
+      // so a warp instruction reads four lines and writes four conflict-free rows. A thread copies
+      // segments of two entries, t0 and t0 + 32; the first lane of each group writes their masks
+      // and bulk-prefetches their next step's records into L2. The copies arrive on the full
+      // barrier when they land; the consumers fence the async proxy after their wait.
+      constexpr int kSegments = kQkDim / 64, kSegBytes = kTile * 128;
+      static_assert(kWsProducers / 8 * 2 == kTile && F::kRecordBytes == kQkDim * 2);
+      const int j = lane % 8, t0 = 4 * (ptid / 32) + lane / 8;
+      const bool group_leader = j == 0;
+      const int len_here = min(len, tile_end * kWsTile);
+      const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
+      auto pos_of = [&](int i, int e) { return (tile_begin + i * kStepTiles) * kWsTile + t0 + 32 * e; };
+      auto load_index = [&](int i, int e) {
+        return i < num_steps && pos_of(i, e) < len_here ? __ldg(row_indices + pos_of(i, e)) : -1;
+      };
+      auto slot_at = [&](int i, int e, int32_t idx) { return i < num_steps ? slot_of_index(p, len_here, pos_of(i, e), idx) : -1; };
+      auto record_of = [&](int32_t slot) { return p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes; };
+      int32_t slot[2], slot_next[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        slot[e] = slot_at(0, e, load_index(0, e));
+        slot_next[e] = slot_at(1, e, load_index(1, e));
+      }
+      for (int i = 0; i < num_steps; ++i) {
+        const int b = i % kWsKBufs;
+        const int32_t idx_after[2] = {load_index(i + 2, 0), load_index(i + 2, 1)};
+        if (group_leader && !(kStageSkip & 32))
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (slot_next[e] >= 0) ptx::prefetch_l2_bulk(record_of(slot_next[e]), F::kRecordBytes);
+        acquire_buffer(i, b);
+        if (copies) {
+          uint8_t* kt = reinterpret_cast<uint8_t*>(k_buf(b));
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int t = t0 + 32 * e;
+            const uint8_t* src = record_of(slot[e]) + 16 * j;
+            uint8_t* dst = kt + 128 * t + 16 * (j ^ (t % 8));
+#pragma unroll
+            for (int sg = 0; sg < kSegments; ++sg)
+              ptx::cp_async_16_zfill(dst + sg * kSegBytes, src + 128 * sg, slot[e] < 0 ? 0 : 16);
+          }
+        }
+        mbarrier::arrive_on_async_copies(full_bar(b));
+        if (group_leader) {
+          sMask[b * kTile + t0] = slot[0] >= 0 ? 0.0f : -INFINITY;
+          sMask[b * kTile + t0 + 32] = slot[1] >= 0 ? 0.0f : -INFINITY;
+          mbarrier::arrive(full_bar(b));
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          slot[e] = slot_next[e];
+          slot_next[e] = slot_at(i + 2, e, idx_after[e]);
+        }
+      }
+      ptx::cp_async_wait_all();  // nothing of this thread's is in flight when it exits
+    } else if constexpr (Smem::register_records) {
       // Eight threads per entry, records loaded into registers ahead of their dequantization; no
       // producer barrier at all. A warp takes 8 entries x 4 consecutive eighths: each load
       // instruction reads whole sectors of 8 records (not one field of 32), and each 16-byte store
@@ -410,14 +480,30 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // dim d0 on is a K buffer read transposed (tokens are the k dim); 128-dim chunks lie
   // kVChunk apart. (Buffer b's descriptors are buffer 0's advanced by b buffers: one add per tile.)
   constexpr uint32_t kKBufBytes = Smem::k_buf_bytes, kVChunk = 16 * kKDimBlock;
+  // Copied records lie in 128-byte swizzled rows (producer comment): segments of 64 dims kSegBytes
+  // apart, 8-entry groups 1024 bytes apart. The K buffer's byte offset of k-step kk's 16 dims
+  // (score MMAs) and of 16 entries (output MMAs) in either layout:
+  constexpr bool kSwizzled = Smem::copies_records;
+  constexpr uint32_t kSegBytes = kTile * 128;
+  auto k_dims_offset = [](int kk) { return kSwizzled ? (kk / 4) * kSegBytes + (kk % 4) * 32 : 2 * kk * kKDimBlock; };
+  constexpr uint32_t kV16Entries = kSwizzled ? 2 * 1024 : 16 * 16;
+  static_assert(!kSwizzled || (kVChunk == 2 * kSegBytes && Smem::k_off % 1024 == 0 && Smem::k_buf_bytes % 1024 == 0),
+                "swizzled K buffers: 128-dim chunks are two segments; atoms 1024-byte aligned");
+  auto k_desc_at = [&](uint32_t addr) {
+    return kSwizzled ? wgmma::smem_desc_sw128(addr, 16, 1024) : wgmma::smem_desc(addr, kKDimBlock, kEight);
+  };
   auto v_desc = [&](int d0) {
-    return wgmma::smem_desc(ptx::smem_addr(k_buf(0)) + (d0 / 8) * kKDimBlock, kEight, kKDimBlock);
+    const uint32_t base = ptx::smem_addr(k_buf(0));
+    return kSwizzled ? wgmma::smem_desc_sw128(base + (d0 / 64) * kSegBytes, kSegBytes, 1024)
+                     : wgmma::smem_desc(base + (d0 / 8) * kKDimBlock, kEight, kKDimBlock);
   };
   // The full/remote-full waits of a K buffer's use (the second consumer repeats them: already
   // complete then, they cost a poll and give it the acquire of the producers' writes).
   auto wait_k_tile = [&](int b, int use) {
     mbarrier::wait(full_bar(b), use & 1);
     if constexpr (kPair) mbarrier::wait(remote_full_bar(b), use & 1);
+    // Copied records were written by cp.async (generic proxy); the tensor cores read them next.
+    if constexpr (Smem::copies_records) wgmma::fence_proxy_async_smem();
   };
   // Done with a K buffer: one lane per warp tells both CTAs' producers.
   auto release_k_tile = [&](int b) {
@@ -436,7 +522,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     zero_blocks(o);
     SoftmaxState st;
     const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
-    const uint64_t k_desc0 = wgmma::smem_desc(ptx::smem_addr(k_buf(0)), kKDimBlock, kEight), v_desc0 = v_desc(0);
+    const uint64_t k_desc0 = k_desc_at(ptx::smem_addr(k_buf(0))), v_desc0 = v_desc(0);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
       wait_k_tile(b, i / kWsKBufs);
@@ -447,7 +533,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #pragma unroll
         for (int kk = 0; kk < kQkDim / 16; ++kk)
           wgmma::m64nk16_ss<NT>(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
-                                wgmma::desc_advance(k_desc, 2 * kk * kKDimBlock), kk > 0);
+                                wgmma::desc_advance(k_desc, k_dims_offset(kk)), kk > 0);
       wgmma::commit();
       wgmma::wait<0>();
       // Scaled logits; masked entries (zero K rows) get -inf from the additive mask.
@@ -492,7 +578,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       if (!(kStageSkip & 4))
 #pragma unroll
         for (int kk = 0; kk < NT / 2; ++kk)  // tokens 16kk..16kk+15: two 8-row core-matrix groups, 16 bytes a row
-          pv_chunks_rs(o, a[kk], wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
+          pv_chunks_rs(o, a[kk], wgmma::desc_advance(vd, kk * kV16Entries), kVChunk);
       wgmma::commit();
       wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
       release_k_tile(b);
@@ -526,7 +612,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       if (!(kStageSkip & 4))
 #pragma unroll
         for (int kk = 0; kk < NT / 2; ++kk)
-          pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * 16 * 16), kVChunk);
+          pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * kV16Entries), kVChunk);
       wgmma::commit();
       wgmma::wait<0>();
       mbarrier::arrive(p_empty_bar);  // its reads of sAlpha are done too
