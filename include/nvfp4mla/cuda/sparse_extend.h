@@ -24,8 +24,8 @@ void sparse_extend(const RecordSpec& spec, const SparseMlaArgs& args, uint16_t* 
 // cache attend each record ~128 times), and the direct kernels dequantize every read. The staged
 // extend dequantizes each attended record once, into a bf16-1152 record holding exactly the BF16
 // operands the direct kernels compute (stage_records_reference), rewrites the indices to the
-// staged records, then attends over those with the 64-entry kernel copying records straight into
-// its K buffers (plan_extend_staged). Outputs equal sparse_extend's where both run the same
+// staged records, then attends over those with the 64-entry kernels copying records straight into
+// their K buffers (plan_extend_staged). Outputs equal sparse_extend's where both run the same
 // 64-entry kernel (bit for bit), and otherwise agree to the kernels' BF16 operands.
 
 // Workspace of the staged extend (one buffer, 256-byte aligned pieces). Two ways to stage:
@@ -55,8 +55,8 @@ struct StagedRecords {
 StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& args, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream);
 
-// The attention plan over staged bf16 records: sm90_ws_wide where the device runs it, else the
-// planner's bf16 kernel; one split per row.
+// The attention plan over staged bf16 records: sm90_ws_pair_wide or sm90_ws_wide where the device
+// runs them, else the planner's bf16 kernel; one split per row.
 DecodePlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch);
 
 // Staging, then attention over the staged records. workspace: extend_staging_layout(...).total_bytes,

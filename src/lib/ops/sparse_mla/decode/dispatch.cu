@@ -22,7 +22,6 @@ namespace {
 template <class F>
 void run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
   constexpr bool nvfp4 = F::spec.dtype == CacheDtype::nvfp4_ds_mla;
-  constexpr bool wide_single = decode::ws_wide_reads(F::spec, false), wide_pair = decode::ws_wide_reads(F::spec, true);
   const int groups = plan.num_head_groups;
   switch (kernel) {
     case DecodeKernel::sm80_mma: return launch_sm80_mma<F>(p, plan.head_group, rows, groups, stream);
@@ -31,12 +30,10 @@ void run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams&
       break;
     case DecodeKernel::sm90_ws: return launch_decode_ws<F, false, decode::kWsTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_wide:
-      if constexpr (wide_single) return launch_decode_ws<F, false, decode::kWsWideTile>(p, rows, groups, stream);
-      break;
+      return launch_decode_ws<F, false, decode::kWsWideTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_pair: return launch_decode_ws<F, true, decode::kWsTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_pair_wide:
-      if constexpr (wide_pair) return launch_decode_ws<F, true, decode::kWsWideTile>(p, rows, groups, stream);
-      break;
+      return launch_decode_ws<F, true, decode::kWsWideTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_h16:
       if constexpr (nvfp4) return launch_decode_h16_sm90<F>(p, rows, groups, stream);
       break;

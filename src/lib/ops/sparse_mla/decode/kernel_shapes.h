@@ -67,12 +67,9 @@ constexpr size_t ws_smem_bytes(int record_bytes, bool pair, int tile, int stages
                          size_t(2) * tile * 4 + 4 * 16;
   return raw_off + stages * tokens * record_bytes + (stages > 0 ? size_t(2 * stages + 1) * tile * 4 : 0);
 }
-// The records the 64-entry kernels read. Pairs (sm90_ws_pair_wide): every format with a register
-// slice (kv_tile.cuh: RecordSlice), all but bf16. Single CTAs (sm90_ws_wide) also read bf16
-// records, whose rows are K rows already: cp.async copies them straight into the K buffers.
-constexpr bool ws_wide_reads(const RecordSpec& spec, bool pair) { return !pair || spec.dtype != CacheDtype::bf16; }
-// Whether a 64-entry kernel copies records into its K buffers (bf16) rather than dequantizing
-// register slices.
+// Whether a 64-entry kernel (sm90_ws_wide, sm90_ws_pair_wide) copies records into its K buffers
+// (bf16 records, K rows already) rather than dequantizing register slices (kv_tile.cuh:
+// RecordSlice; NVFP4 and FP8 records).
 constexpr bool ws_wide_copies(const RecordSpec& spec) { return spec.dtype == CacheDtype::bf16; }
 constexpr int ws_stages(int record_bytes, bool pair, int tile) {
   if (tile == kWsWideTile) return 0;  // wide tiles: records travel in registers

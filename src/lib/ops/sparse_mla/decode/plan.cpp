@@ -114,10 +114,7 @@ std::optional<std::string> decode_kernel_unsupported(DecodeKernel kernel, const 
   if (heads <= 0) return "needs a positive head count";
   if (arch.cc_major < 8) return "needs compute capability 8.0 or later";
   const bool h16 = kernel == DecodeKernel::sm80_h16 || kernel == DecodeKernel::sm90_h16;
-  const bool ws_wide = kernel == DecodeKernel::sm90_ws_wide || kernel == DecodeKernel::sm90_ws_pair_wide;
   if (h16 && !spec.is_nvfp4()) return "runs NVFP4 records only";
-  if (ws_wide && !decode::ws_wide_reads(spec, kernel == DecodeKernel::sm90_ws_pair_wide))
-    return "runs NVFP4 and FP8 records only";
   if (is_sm90(kernel) && !arch.wgmma)
     return "needs sm_90a (wgmma, setmaxnreg) and a library built for it; the device is sm_" +
            std::to_string(arch.compute_capability());
@@ -149,9 +146,9 @@ DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec,
   // (FlashMLA pads to 64 too): in sm80_mma's 16- and 32-row tiles they took longer than 64 heads
   // (H200, 256 rows: 328.4 us at 32 heads, 286.4 at 16, 263.3 at 64). BF16 records stay there:
   // 330.1 / 245.9 us against 391.8 at 64 heads.
-  // BF16 records keep the 32-entry kernels by default (the 64-entry single CTA copying them is
+  // BF16 records keep the 32-entry kernels by default (the 64-entry kernels copying them are
   // what the staged extend runs; sparse_extend.h).
-  const bool wide_tiles = decode::ws_wide_reads(spec, true);
+  const bool wide_tiles = !decode::ws_wide_copies(spec);
   if (spec.dtype == CacheDtype::fp8_ds_mla && heads <= 32 && arch.wgmma) return DecodeKernel::sm90_ws_wide;
   if (heads <= 32 || !arch.wgmma) return DecodeKernel::sm80_mma;
   // 64-entry tiles against 32 (H200, 256 rows x 2048): NVFP4-368 at 64 heads 215.0 us against
