@@ -23,7 +23,7 @@ TEST(DecodePlan, HeadGroupsAreNativeNotPaddedTo64) {
   EXPECT_EQ(plan_sparse_decode(spec, 128, 8, 2048, kH200).head_group, 16);
   EXPECT_EQ(plan_sparse_decode(spec, 128, 16, 2048, kH200).head_group, 16);
   // 17-32 heads: two groups of the 16-head kernel with NVFP4 records, one padded 64-head group with
-  // FP8 records, 32-row tiles with BF16.
+  // FP8 and BF16 records.
   for (int heads : {17, 24, 32}) {
     const auto p = plan_sparse_decode(spec, 128, heads, 2048, kH200);
     EXPECT_EQ(p.head_group, 16);
@@ -31,7 +31,7 @@ TEST(DecodePlan, HeadGroupsAreNativeNotPaddedTo64) {
     EXPECT_EQ(p.warps, decode::kSm90H16Warps);
     EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Bf16Rope, 128, heads, 2048, kH200).head_group, 16);
     EXPECT_EQ(plan_sparse_decode(kSpecFp8, 128, heads, 2048, kH200).head_group, 64);  // one padded 64-head group
-    EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, heads, 2048, kH200).head_group, 32);
+    EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, heads, 2048, kH200).head_group, 64);
   }
   EXPECT_EQ(plan_sparse_decode(spec, 128, 33, 2048, kH200).head_group, 64);
   EXPECT_EQ(plan_sparse_decode(spec, 128, 64, 2048, kH200).head_group, 64);
@@ -79,7 +79,7 @@ TEST(DecodePlan, SplitsMinimizeTheWaveEstimateWithoutEmptySplits) {
       if (forced == 1)
         EXPECT_EQ(q.splits, (topk + decode::kSm90H16MaxSplitEntries - 1) / decode::kSm90H16MaxSplitEntries) << topk;
     }
-  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, 16, 2048, kH200).splits, 3);
+  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 128, 16, 2048, kH200, 0, DecodeKernel::sm80_mma).splits, 3);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, kH200, 7).splits, 7);
   const auto clamped = plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 128, kH200, 50);
   EXPECT_EQ(clamped.splits, 2);  // at least 64 entries per split
@@ -153,11 +153,12 @@ TEST(DecodePlan, WideTilesKeepSplitsWhole) {
           EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
           EXPECT_LT(int64_t(p.splits - 1) * p.tiles_per_split, p.num_tiles);
         }
-  // 64 tiles in 5 splits: 13 tiles each for bf16 records (32-entry tiles), 14 (seven wide tiles)
-  // for NVFP4 and fp8.
-  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 8, 128, 2048, kH200, 5).tiles_per_split, 13);
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 128), DecodeKernel::sm90_ws_pair);
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 64), DecodeKernel::sm90_ws);
+  // 64 tiles in 5 splits: 13 tiles each on the 32-entry kernels, 14 (seven wide tiles) on the
+  // 64-entry ones, every format's default on sm_90a.
+  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 8, 128, 2048, kH200, 5, DecodeKernel::sm90_ws_pair).tiles_per_split, 13);
+  EXPECT_EQ(plan_sparse_decode(kSpecBf16, 8, 128, 2048, kH200, 5).tiles_per_split, 14);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 128), DecodeKernel::sm90_ws_wide);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 64), DecodeKernel::sm90_ws_wide);
   EXPECT_EQ(plan_sparse_decode(kSpecFp8, 8, 128, 2048, kH200, 5).tiles_per_split, 14);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200, 5).tiles_per_split, 14);
   EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 64, 2048, kH200, 5).tiles_per_split, 14);
@@ -177,7 +178,7 @@ TEST(DecodePlan, SharedMemoryFitsAndSmallTilesShareAnSm) {
     }
   // 16 heads, portable kernel (bf16 records here): three CTAs per SM (measured faster than two
   // CTAs with deeper prefetch).
-  const auto p16 = plan_sparse_decode(kSpecBf16, 128, 16, 2048, kH200);
+  const auto p16 = plan_sparse_decode(kSpecBf16, 128, 16, 2048, kH200, 0, DecodeKernel::sm80_mma);
   EXPECT_EQ(p16.ctas_per_sm, 3);
   EXPECT_EQ(p16.stages, 1);
   // NVFP4 records with 16 heads: the 16-head kernel's own budget.
@@ -225,7 +226,8 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws_wide);
   EXPECT_EQ(default_decode_kernel(a100, kSpecFp8, 16), DecodeKernel::sm80_mma);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 64), DecodeKernel::sm90_ws_wide);
-  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 32), DecodeKernel::sm80_mma);
+  EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, 32), DecodeKernel::sm90_ws_wide);
+  EXPECT_EQ(default_decode_kernel(a100, kSpecBf16, 32), DecodeKernel::sm80_mma);
   for (const RecordSpec& spec : kAllRecordSpecs)
     for (int heads : {8, 16, 24, 32, 64, 128}) {
       SCOPED_TRACE(to_string(spec) + " heads " + std::to_string(heads));
@@ -242,13 +244,12 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2048, a100, 0, DecodeKernel::sm90_ws), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, kH200, 0, DecodeKernel::sm90_ws_pair), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecFp8, 4, 16, 2048, kH200, 0, DecodeKernel::sm80_h16), Error);
-  // The wide kernels copy bf16 records into their K buffers (the staged extend's kernels), but the
-  // planner keeps bf16 decode on the 32-entry kernels.
+  // The wide kernels copy bf16 records into their K buffers: single CTAs at every head count are
+  // the planner's choice (the copying pairs measured slower).
   for (int heads : {16, 64, 128, 192}) {
     EXPECT_FALSE(decode_kernel_unsupported(DecodeKernel::sm90_ws_wide, kH200, kSpecBf16, heads).has_value()) << heads;
     EXPECT_EQ(plan_sparse_decode(kSpecBf16, 4, heads, 2048, kH200, 1, DecodeKernel::sm90_ws_wide).stages, 0) << heads;
-    EXPECT_NE(default_decode_kernel(kH200, kSpecBf16, heads), DecodeKernel::sm90_ws_wide) << heads;
-    EXPECT_NE(default_decode_kernel(kH200, kSpecBf16, heads), DecodeKernel::sm90_ws_pair_wide) << heads;
+    EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, heads), DecodeKernel::sm90_ws_wide) << heads;
   }
   EXPECT_FALSE(decode_kernel_unsupported(DecodeKernel::sm90_ws_pair_wide, kH200, kSpecBf16, 128).has_value());
   EXPECT_TRUE(decode_kernel_unsupported(DecodeKernel::sm90_ws_pair_wide, kH200, kSpecBf16, 192).has_value());  // odd groups

@@ -55,8 +55,8 @@ struct StagedRecords {
 StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& args, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream);
 
-// The attention plan over staged bf16 records: sm90_ws_pair_wide or sm90_ws_wide where the device
-// runs them, else the planner's bf16 kernel; one split per row.
+// The attention plan over staged bf16 records: the planner's bf16 kernel (sm90_ws_wide on
+// sm_90a), one split per row.
 DecodePlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch);
 
 // Staging, then attention over the staged records. workspace: extend_staging_layout(...).total_bytes,

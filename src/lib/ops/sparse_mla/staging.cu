@@ -145,16 +145,9 @@ StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& a, void
 }
 
 DecodePlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch) {
-  // The 64-entry kernels copying bf16 records: pairs where the head groups pair up (each record
-  // crosses L2 once per row, not once per head group), else single CTAs; the planner's kernel
-  // elsewhere.
-  DecodeKernel kernel = DecodeKernel::automatic;
-  for (DecodeKernel k : {DecodeKernel::sm90_ws_pair_wide, DecodeKernel::sm90_ws_wide})
-    if (!decode_kernel_unsupported(k, arch, kSpecBf16, heads)) {
-      kernel = k;
-      break;
-    }
-  return plan_sparse_decode(kSpecBf16, rows, heads, topk, arch, 1, kernel);
+  // The planner's kernel for bf16 records (sm90_ws_wide on sm_90a: single CTAs; the copying pairs
+  // measured slower, plan.cpp).
+  return plan_sparse_decode(kSpecBf16, rows, heads, topk, arch, 1);
 }
 
 void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& a, void* workspace, size_t workspace_bytes,

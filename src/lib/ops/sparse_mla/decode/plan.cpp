@@ -142,20 +142,21 @@ DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec,
   // 16-head groups of a 16-head kernel: on the H200, rows 128 x 32 heads in the 32-head tiles of
   // sm80_mma took 182.9 us, as long as 128 x 128 heads; as two 16-head groups 111.3 us.
   if (spec.is_nvfp4() && heads <= 32) return arch.wgmma ? DecodeKernel::sm90_h16 : DecodeKernel::sm80_h16;
+  if (!arch.wgmma) return DecodeKernel::sm80_mma;
+  // BF16 records: single 64-entry CTAs copying the records into swizzled K buffers, every head
+  // count (H200, 256 rows x 2048: 192.1 us at 64 heads against sm90_ws's 394.2; 371.8 at 128
+  // heads against sm90_ws_pair's 581.5 and the copying pair's 405.9, whose forwarding of rows to
+  // the peer lies on the step's critical path; 176.6 / 170.5 us at 32 / 16 heads, padded to 64,
+  // against sm80_mma's 337.7 / 241.7).
+  if (decode::ws_wide_copies(spec)) return DecodeKernel::sm90_ws_wide;
   // FP8 records with up to 32 heads run one 64-head group of the warp-specialized kernel, padded
   // (FlashMLA pads to 64 too): in sm80_mma's 16- and 32-row tiles they took longer than 64 heads
-  // (H200, 256 rows: 328.4 us at 32 heads, 286.4 at 16, 263.3 at 64). BF16 records stay there:
-  // 330.1 / 245.9 us against 391.8 at 64 heads.
-  // BF16 records keep the 32-entry kernels by default (the 64-entry kernels copying them are
-  // what the staged extend runs; sparse_extend.h).
-  const bool wide_tiles = !decode::ws_wide_copies(spec);
-  if (spec.dtype == CacheDtype::fp8_ds_mla && heads <= 32 && arch.wgmma) return DecodeKernel::sm90_ws_wide;
-  if (heads <= 32 || !arch.wgmma) return DecodeKernel::sm80_mma;
+  // (H200, 256 rows: 328.4 us at 32 heads, 286.4 at 16, 263.3 at 64).
+  if (heads <= 32) return DecodeKernel::sm90_ws_wide;
   // 64-entry tiles against 32 (H200, 256 rows x 2048): NVFP4-368 at 64 heads 215.0 us against
   // 267.6; FP8 at 64 heads 222.0 against 264.6, at 128 heads (pairs) 365.2 against 422.9.
-  if (((heads + decode::kWsHeads - 1) / decode::kWsHeads) % 2 == 0 && arch.clusters)
-    return wide_tiles ? DecodeKernel::sm90_ws_pair_wide : DecodeKernel::sm90_ws_pair;
-  return wide_tiles ? DecodeKernel::sm90_ws_wide : DecodeKernel::sm90_ws;
+  if (((heads + decode::kWsHeads - 1) / decode::kWsHeads) % 2 == 0 && arch.clusters) return DecodeKernel::sm90_ws_pair_wide;
+  return DecodeKernel::sm90_ws_wide;
 }
 
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, const ArchSpec& arch,
