@@ -148,7 +148,8 @@ TEST(GpuSparseExtendStaged, SameResultsAsTheDirectExtend) {
         // Other kernels: the staged run against the CPU reference on its kernel's operands.
         EXPECT_EQ(nvfp4mla::testing::compare_plan_with_reference(spec, p.host_args(), staged_plan, staged.out, staged.lse).failures, 0);
       }
-  if (arch.wgmma) EXPECT_GE(bit_exact, 20);  // 64 and 128 heads of the five NVFP4 and FP8 formats, both ways
+  // At least the six NVFP4 and FP8 formats at 64 heads, both ways of staging, are compared bit for bit.
+  if (arch.wgmma) EXPECT_GE(bit_exact, 12);
 }
 
 TEST(GpuSparseExtendStaged, NothingAttendedAndNoRows) {
