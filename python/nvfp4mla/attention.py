@@ -272,9 +272,9 @@ def _decode_checked(plan, q, cache, indices, topk_length, sm_scale, workspace, o
 
 def extend_staging_bytes(capacity, rows, topk):
     """Bytes of the workspace of a staged :func:`sparse_extend` over a cache of ``capacity`` slots
-    with ``rows`` query rows of ``topk`` indices (CUDA builds; host-only, launches nothing): room
-    for min(capacity, rows * topk) dequantized BF16 records, the per-slot bookkeeping and the
-    rewritten indices."""
+    with ``rows`` query rows of ``topk`` indices (CUDA builds; host-only, launches nothing): a
+    dequantized BF16 record per slot when rows * topk >= capacity, else room for rows * topk
+    records with the per-slot bookkeeping and the rewritten indices."""
     size = c_uint64()
     _lib.call(lib.nvfp4mla_cuda_extend_staging_bytes, int(capacity), int(rows), int(topk), byref(size))
     return size.value
