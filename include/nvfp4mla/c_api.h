@@ -199,8 +199,9 @@ NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sparse_decode(const nvfp4mla_format* format,
                                                   int32_t device, void* stream);
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sparse_extend(const nvfp4mla_format* format, const nvfp4mla_attention* problem,
                                                   uint16_t* out, float* lse, int32_t device, void* stream);
-/* The staged extend (cuda/sparse_extend.h): each attended record dequantized once into a BF16
- * record in the workspace, then attention over those; same outputs as nvfp4mla_cuda_sparse_extend.
+/* The staged extend (cuda/sparse_extend.h): each record dequantized once into a BF16 record in
+ * the workspace (every slot, or only the attended ones), then attention over those; same outputs
+ * as nvfp4mla_cuda_sparse_extend.
  * The workspace holds at least nvfp4mla_cuda_extend_staging_bytes for the problem's capacity, rows
  * and topk, 256-byte aligned (may be NULL when rows is 0). The byte count is
  * cuda::extend_staging_layout's, whose scan storage CUB sizes for the current device. */

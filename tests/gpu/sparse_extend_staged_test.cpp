@@ -189,7 +189,7 @@ TEST(GpuSparseExtendStaged, SanitizerSized) {
   ProblemOptions opt;
   opt.lengths = true;
   for (const auto& spec : {kAllSpecs[6], kAllSpecs[0]})
-    for (int heads : {64, 128})  // single CTAs and pairs
+    for (int heads : {64, 128})  // one and two 64-head groups
       for (int topk : {200, 512}) {
         SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads) + " topk " + std::to_string(topk));
         const auto p = make_problem(spec, topk == 512 ? 5 : 3, heads, topk, 14, opt);

@@ -244,15 +244,18 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2048, a100, 0, DecodeKernel::sm90_ws), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 64, 2048, kH200, 0, DecodeKernel::sm90_ws_pair), Error);
   EXPECT_THROW(plan_sparse_decode(kSpecFp8, 4, 16, 2048, kH200, 0, DecodeKernel::sm80_h16), Error);
-  // The wide kernels copy bf16 records into their K buffers: single CTAs at every head count are
-  // the planner's choice (the copying pairs measured slower).
+  // sm90_ws_wide copies bf16 records into its K buffers and is the planner's choice for them at
+  // every head count; the wide pairs dequantize register slices (NVFP4 and FP8 records) only.
   for (int heads : {16, 64, 128, 192}) {
     EXPECT_FALSE(decode_kernel_unsupported(DecodeKernel::sm90_ws_wide, kH200, kSpecBf16, heads).has_value()) << heads;
     EXPECT_EQ(plan_sparse_decode(kSpecBf16, 4, heads, 2048, kH200, 1, DecodeKernel::sm90_ws_wide).stages, 0) << heads;
     EXPECT_EQ(default_decode_kernel(kH200, kSpecBf16, heads), DecodeKernel::sm90_ws_wide) << heads;
   }
-  EXPECT_FALSE(decode_kernel_unsupported(DecodeKernel::sm90_ws_pair_wide, kH200, kSpecBf16, 128).has_value());
-  EXPECT_TRUE(decode_kernel_unsupported(DecodeKernel::sm90_ws_pair_wide, kH200, kSpecBf16, 192).has_value());  // odd groups
+  EXPECT_FALSE(decode_kernel_unsupported(DecodeKernel::sm90_ws_pair_wide, kH200, kSpecFp8, 128).has_value());
+  const auto why = decode_kernel_unsupported(DecodeKernel::sm90_ws_pair_wide, kH200, kSpecBf16, 128);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("NVFP4 and FP8 records only"), std::string::npos) << *why;
+  EXPECT_THROW(plan_sparse_decode(kSpecBf16, 4, 128, 2048, kH200, 0, DecodeKernel::sm90_ws_pair_wide), Error);
   EXPECT_TRUE(decode_kernel_unsupported(DecodeKernel::sm90_ws_wide, a100, kSpecBf16, 64).has_value());
   try {
     plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 16, 2048, a100, 0, DecodeKernel::sm90_h16);

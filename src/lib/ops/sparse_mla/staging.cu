@@ -25,6 +25,10 @@ constexpr int kRecordsPerBlock = 8;  // dequantization: 8 records x 36 units per
 constexpr int kEntryThreads = 256;   // marking and rewriting: one block per row
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
+// A staged record is its slot's K row: dequantization unit u is bytes [32u, 32u + 32).
+static_assert(layout::bf16::kLatentOffset == 0 && layout::bf16::kRopeOffset == 2 * kLatentDim &&
+              kStagedBytes == 32 * kUnitsPerRow);
+
 __device__ __forceinline__ int32_t attended_slot(const int32_t* row_indices, int len, int64_t capacity, int pos) {
   if (pos >= len) return -1;
   const int32_t idx = row_indices[pos];

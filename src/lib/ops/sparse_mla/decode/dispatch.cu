@@ -33,7 +33,8 @@ void run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams&
       return launch_decode_ws<F, false, decode::kWsWideTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_pair: return launch_decode_ws<F, true, decode::kWsTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_pair_wide:
-      return launch_decode_ws<F, true, decode::kWsWideTile>(p, rows, groups, stream);
+      if constexpr (!decode::ws_wide_copies(F::spec)) return launch_decode_ws<F, true, decode::kWsWideTile>(p, rows, groups, stream);
+      break;
     case DecodeKernel::sm90_h16:
       if constexpr (nvfp4) return launch_decode_h16_sm90<F>(p, rows, groups, stream);
       break;

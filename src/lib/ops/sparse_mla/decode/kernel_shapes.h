@@ -67,12 +67,12 @@ constexpr size_t ws_smem_bytes(int record_bytes, bool pair, int tile, int stages
                          size_t(2) * tile * 4 + 4 * 16;
   return raw_off + stages * tokens * record_bytes + (stages > 0 ? size_t(2 * stages + 1) * tile * 4 : 0);
 }
-// Whether a 64-entry kernel (sm90_ws_wide, sm90_ws_pair_wide) copies records into its K buffers
-// (bf16 records, K rows already) rather than dequantizing register slices (kv_tile.cuh:
-// RecordSlice; NVFP4 and FP8 records).
+// Whether a 64-entry kernel copies records into its K buffers (bf16 records, K rows already;
+// sm90_ws_wide only) rather than dequantizing register slices (kv_tile.cuh: RecordSlice; NVFP4
+// and FP8 records, sm90_ws_wide and sm90_ws_pair_wide).
 constexpr bool ws_wide_copies(const RecordSpec& spec) { return spec.dtype == CacheDtype::bf16; }
 constexpr int ws_stages(int record_bytes, bool pair, int tile) {
-  if (tile == kWsWideTile) return 0;  // wide tiles: records travel in registers
+  if (tile == kWsWideTile) return 0;  // wide tiles: records travel in registers or go straight to the K buffers
   for (int s = 4; s > 1; --s)
     if (ws_smem_bytes(record_bytes, pair, tile, s) <= kSmemBudgetPerBlock) return s;
   return 1;

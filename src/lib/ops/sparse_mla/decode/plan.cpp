@@ -115,6 +115,8 @@ std::optional<std::string> decode_kernel_unsupported(DecodeKernel kernel, const 
   if (arch.cc_major < 8) return "needs compute capability 8.0 or later";
   const bool h16 = kernel == DecodeKernel::sm80_h16 || kernel == DecodeKernel::sm90_h16;
   if (h16 && !spec.is_nvfp4()) return "runs NVFP4 records only";
+  if (kernel == DecodeKernel::sm90_ws_pair_wide && decode::ws_wide_copies(spec))
+    return "runs NVFP4 and FP8 records only (bf16 records: sm90_ws_wide)";
   if (is_sm90(kernel) && !arch.wgmma)
     return "needs sm_90a (wgmma, setmaxnreg) and a library built for it; the device is sm_" +
            std::to_string(arch.compute_capability());
@@ -145,9 +147,8 @@ DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec,
   if (!arch.wgmma) return DecodeKernel::sm80_mma;
   // BF16 records: single 64-entry CTAs copying the records into swizzled K buffers, every head
   // count (H200, 256 rows x 2048: 192.1 us at 64 heads against sm90_ws's 394.2; 371.8 at 128
-  // heads against sm90_ws_pair's 581.5 and the copying pair's 405.9, whose forwarding of rows to
-  // the peer lies on the step's critical path; 176.6 / 170.5 us at 32 / 16 heads, padded to 64,
-  // against sm80_mma's 337.7 / 241.7).
+  // heads against sm90_ws_pair's 581.5; 176.6 / 170.5 us at 32 / 16 heads, padded to 64, against
+  // sm80_mma's 337.7 / 241.7).
   if (decode::ws_wide_copies(spec)) return DecodeKernel::sm90_ws_wide;
   // FP8 records with up to 32 heads run one 64-head group of the warp-specialized kernel, padded
   // (FlashMLA pads to 64 too): in sm80_mma's 16- and 32-row tiles they took longer than 64 heads

@@ -57,18 +57,6 @@ __device__ __forceinline__ void store_async(uint32_t addr, uint32_t v, uint32_t 
 #endif
 }
 
-// `bytes` (a multiple of 16) of this CTA's shared memory at `src` into another CTA's at `dst`
-// (from map_to_rank) by the bulk-copy engine, counted in the transaction bytes of that CTA's
-// mbarrier `remote_bar` (from map_to_rank). The source is read through the async proxy: a thread
-// that did not write it itself through that proxy fences first (fence.proxy.async).
-__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t remote_bar) {
-#ifdef NVFP4MLA_CLUSTER
-  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "r"(src), "r"(bytes), "r"(remote_bar)
-               : "memory");
-#endif
-}
-
 // Arrive on another CTA's mbarrier (`bar` from map_to_rank). Used to say "done reading this
 // buffer": nothing is published, so the release stays at CTA scope (no cluster membar).
 __device__ __forceinline__ void arrive_remote(uint32_t bar) {

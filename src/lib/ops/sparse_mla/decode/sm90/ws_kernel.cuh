@@ -30,10 +30,9 @@
 // whose shared-memory reads balance the tensor rate where n32 reads 1.5x what the shared memory
 // delivers). Q and two 64-entry K buffers fill the shared memory, so those producers load their
 // records straight into registers, one step ahead (FlashMLA's FP8 kernel does the same). BF16
-// records (what the staged extend attends over) are K rows already: cp.async copies them into K
-// buffers laid out as 128-byte swizzled rows, eight lanes per 128-byte line of a record (the
-// core-matrix layout would take a 16-byte piece of each of eight records); a pair's CTA copies
-// half the entries and forwards its rows to the peer by a bulk copy once they have landed.
+// records (what the staged extend attends over) are K rows already: a single CTA's cp.async
+// copies them into K buffers laid out as 128-byte swizzled rows, eight lanes per 128-byte line of
+// a record (the core-matrix layout would take a 16-byte piece of each of eight records).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -115,6 +114,10 @@ struct WsSmem {
   static constexpr bool wide = kTile == kWsWideTile;  // no raw record stages in shared memory
   static constexpr bool copies_records = wide && decode::ws_wide_copies(F::spec);  // cp.async into the K buffers
   static constexpr bool register_records = wide && !copies_records;
+  static_assert(!(copies_records && kPair), "bf16 records: single CTAs only (decode_kernel_unsupported)");
+  // Copied records' K buffers: 128-byte swizzled rows, one 64-dim segment of all kTile entries
+  // after another; an atom of 8 rows is 1024 bytes.
+  static constexpr uint32_t segment_bytes = uint32_t(kTile) * 128, atom_bytes = 8 * 128;
   // Full-barrier arrivals per use: every producer thread; with copied records each thread's
   // copies arrive (noinc) and one thread per entry arrives again after writing its mask.
   static constexpr int mask_writers = kWsProducers / 8;  // copied records: one thread per 8-lane group
@@ -122,7 +125,7 @@ struct WsSmem {
   static constexpr int tokens_per_cta = kPair ? kTile / 2 : kTile;  // records this CTA gathers per tile
   // Bytes the peer delivers per tile (pairs): its half of the K buffer and, with register
   // records, its entries' masks.
-  static constexpr uint32_t peer_mask_bytes = kPair && wide ? uint32_t(kTile / 2) * sizeof(float) : 0;
+  static constexpr uint32_t peer_mask_bytes = kPair && register_records ? uint32_t(kTile / 2) * sizeof(float) : 0;
   static constexpr uint32_t peer_bytes = kPair ? uint32_t(kTile / 2) * kQkDim * 2 + peer_mask_bytes : 0;
   static constexpr size_t k_buf_bytes = size_t(kTile) * kQkDim * 2;
   static constexpr size_t raw_stage_bytes = size_t(tokens_per_cta) * F::kRecordBytes;
@@ -205,7 +208,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     // ---- producer warpgroups ----
     NVFP4MLA_SETMAXNREG(dec, Roles::producer);
     const bool copies = !(kStageSkip & 8);
-    const bool moves_records = Smem::copies_records ? copies : dequant;  // the peer's half of each tile arrives
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
     // expects the peer's half of the tile on its remote-full barrier.
@@ -213,8 +215,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       const int use = i / kWsKBufs;
       if (use > 0) mbarrier::wait(empty_bar(b), (use - 1) & 1);
       if constexpr (kPair)
-        if (ptid == 0)
-          mbarrier::arrive_expect_tx(remote_full_bar(b), moves_records ? Smem::peer_bytes : Smem::peer_mask_bytes);
+        if (ptid == 0) mbarrier::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : Smem::peer_mask_bytes);
     };
     // 16 dequantized values of entry t at dims [d, d + 16) (two core-matrix rows) into this CTA's
     // K buffer and, for pairs, the peer's.
@@ -237,14 +238,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       // [64s, 64s + 64)) of entry t is the 128-byte row at s * kSegBytes + 128 t, its 16-byte chunk
       // j stored at chunk j ^ (t % 8). Eight lanes copy one whole line (a segment of one entry),
       // so a warp instruction reads four lines and writes four conflict-free rows. A thread copies
-      // the segments of kEntries entries (a single CTA's 64: t0 and t0 + 32; a pair's CTA its 32);
-      // the first lane of each group writes their masks (a pair's also into the peer's) and
+      // the segments of entries t0 and t0 + 32; the first lane of each group writes their masks and
       // bulk-prefetches their next step's records into L2. The copies arrive on the full barrier
-      // when they land; the consumers fence the async proxy after their wait (and a pair's
-      // forwards this CTA's rows to the peer).
-      constexpr int kSegments = kQkDim / 64, kSegBytes = kTile * 128, kEntries = kTokens / 32;
+      // when they land; the consumers fence the async proxy after their wait.
+      constexpr int kSegments = kQkDim / 64, kSegBytes = Smem::segment_bytes, kEntries = kTokens / 32;
       static_assert(kWsProducers / 8 * kEntries == kTokens && F::kRecordBytes == kQkDim * 2);
-      const int j = lane % 8, t0 = tok0 + 4 * (ptid / 32) + lane / 8;
+      const int j = lane % 8, t0 = 4 * (ptid / 32) + lane / 8;
       const bool group_leader = j == 0;
       const int len_here = min(len, tile_end * kWsTile);
       const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
@@ -285,14 +284,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         mbarrier::arrive_on_async_copies(full_bar(b));
         if (group_leader) {
 #pragma unroll
-          for (int e = 0; e < kEntries; ++e) {
-            const float m = slot[e] >= 0 ? 0.0f : -INFINITY;
-            float* mask = sMask + b * kTile + t0 + 32 * e;
-            *mask = m;
-            if constexpr (kPair)
-              cluster::store_async(cluster::map_to_rank(ptx::smem_addr(mask), peer), __float_as_uint(m),
-                                   cluster::map_to_rank(remote_full_bar(b), peer));
-          }
+          for (int e = 0; e < kEntries; ++e) sMask[b * kTile + t0 + 32 * e] = slot[e] >= 0 ? 0.0f : -INFINITY;
           mbarrier::arrive(full_bar(b));
         }
 #pragma unroll
@@ -495,38 +487,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // apart, 8-entry groups 1024 bytes apart. The K buffer's byte offset of k-step kk's 16 dims
   // (score MMAs) and of 16 entries (output MMAs) in either layout:
   constexpr bool kSwizzled = Smem::copies_records;
-  constexpr uint32_t kSegBytes = kTile * 128;
+  constexpr uint32_t kSegBytes = Smem::segment_bytes, kAtom = Smem::atom_bytes;
   auto k_dims_offset = [](int kk) { return kSwizzled ? (kk / 4) * kSegBytes + (kk % 4) * 32 : 2 * kk * kKDimBlock; };
-  constexpr uint32_t kV16Entries = kSwizzled ? 2 * 1024 : 16 * 16;
-  static_assert(!kSwizzled || (kVChunk == 2 * kSegBytes && Smem::k_off % 1024 == 0 && Smem::k_buf_bytes % 1024 == 0),
+  constexpr uint32_t kV16Entries = kSwizzled ? 2 * kAtom : 16 * 16;
+  static_assert(!kSwizzled || (kVChunk == 2 * kSegBytes && Smem::k_off % kAtom == 0 && Smem::k_buf_bytes % kAtom == 0),
                 "swizzled K buffers: 128-dim chunks are two segments; atoms 1024-byte aligned");
   auto k_desc_at = [&](uint32_t addr) {
-    return kSwizzled ? wgmma::smem_desc_sw128(addr, 16, 1024) : wgmma::smem_desc(addr, kKDimBlock, kEight);
+    return kSwizzled ? wgmma::smem_desc_sw128(addr, 16, kAtom) : wgmma::smem_desc(addr, kKDimBlock, kEight);
   };
   auto v_desc = [&](int d0) {
     const uint32_t base = ptx::smem_addr(k_buf(0));
-    return kSwizzled ? wgmma::smem_desc_sw128(base + (d0 / 64) * kSegBytes, kSegBytes, 1024)
+    return kSwizzled ? wgmma::smem_desc_sw128(base + (d0 / 64) * kSegBytes, kSegBytes, kAtom)
                      : wgmma::smem_desc(base + (d0 / 8) * kKDimBlock, kEight, kKDimBlock);
   };
   // The full/remote-full waits of a K buffer's use (the second consumer repeats them: already
   // complete then, they cost a poll and give it the acquire of the producers' writes).
-  // Copied records (a pair's): once this CTA's half of buffer b has landed, one thread of the
-  // scores warpgroup forwards its rows, kTile / 2 per 64-dim segment, into the peer's buffer.
-  auto forward_rows = [&](int b) {
-    if constexpr (kPair && Smem::copies_records) {
-      if (tid == 0 && !(kStageSkip & 8)) {
-        constexpr uint32_t kSegBytes = kTile * 128, kHalf = kTile / 2 * 128;
-        wgmma::fence_proxy_async_smem();  // the cp.async writes, read next by the bulk-copy engine
-        const uint32_t src = ptx::smem_addr(k_buf(b)) + cluster::rank() * kHalf;
-        const uint32_t dst = cluster::map_to_rank(src, peer), bar = cluster::map_to_rank(remote_full_bar(b), peer);
-#pragma unroll
-        for (int sg = 0; sg < kQkDim / 64; ++sg) cluster::bulk_copy_to_peer(dst + sg * kSegBytes, src + sg * kSegBytes, kHalf, bar);
-      }
-    }
-  };
-  auto wait_k_tile = [&](int b, int use, bool forwards = false) {
+  auto wait_k_tile = [&](int b, int use) {
     mbarrier::wait(full_bar(b), use & 1);
-    if (forwards) forward_rows(b);
     if constexpr (kPair) mbarrier::wait(remote_full_bar(b), use & 1);
     // Copied records were written by cp.async (generic proxy); the tensor cores read them next.
     if constexpr (Smem::copies_records) wgmma::fence_proxy_async_smem();
@@ -551,7 +528,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const uint64_t k_desc0 = k_desc_at(ptx::smem_addr(k_buf(0))), v_desc0 = v_desc(0);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
-      wait_k_tile(b, i / kWsKBufs, true);
+      wait_k_tile(b, i / kWsKBufs);
       const uint64_t k_desc = wgmma::desc_advance(k_desc0, b * kKBufBytes), vd = wgmma::desc_advance(v_desc0, b * kKBufBytes);
       float acc[NT][4];
       wgmma::fence();
