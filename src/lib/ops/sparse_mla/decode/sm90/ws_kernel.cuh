@@ -42,6 +42,7 @@
 
 #include "device/cuda_check.h"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/common/step_trace.cuh"
 #include "ops/sparse_mla/decode/kernel_shapes.h"
 #include "ops/sparse_mla/decode/sm90/cluster.cuh"
 #include "ops/sparse_mla/kv_tile.cuh"
@@ -209,11 +210,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     NVFP4MLA_SETMAXNREG(dec, Roles::producer);
     const bool copies = !(kStageSkip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
+    // Trace marks (profiling builds): 0 buffer wait begins, 1 buffer free, 2 buffer published.
+    StepTrace trace(ptid == 0);
     // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
     // expects the peer's half of the tile on its remote-full barrier.
     auto acquire_buffer = [&](int i, int b) {
       const int use = i / kWsKBufs;
+      trace.mark(i, 0);
       if (use > 0) mbarrier::wait(empty_bar(b), (use - 1) & 1);
+      trace.mark(i, 1);
       if constexpr (kPair)
         if (ptid == 0) mbarrier::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : Smem::peer_mask_bytes);
     };
@@ -287,6 +292,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           for (int e = 0; e < kEntries; ++e) sMask[b * kTile + t0 + 32 * e] = slot[e] >= 0 ? 0.0f : -INFINITY;
           mbarrier::arrive(full_bar(b));
         }
+        trace.mark(i, 2);
 #pragma unroll
         for (int e = 0; e < kEntries; ++e) {
           slot[e] = slot_next[e];
@@ -366,6 +372,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           acquire_buffer(i, b);
           store_slice(b, entry(0), valid, x);
           publish_buffer(b);
+          trace.mark(i, 2);
         };
         for (int i = 0; i < num_steps; i += 2) {
           step(i, cur, next);
@@ -395,6 +402,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
             }
           }
           publish_buffer(b);
+          trace.mark(i, 2);
         }
       }
     } else {
@@ -452,10 +460,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         }
         if (ptid < kTile) sMask[b * kTile + ptid] = valid_entry(ptid) ? 0.0f : -INFINITY;
         publish_buffer(b);
+        trace.mark(i, 2);
         ptx::named_barrier_sync(kBarProducer, kWsProducers);  // all reads of this raw stage are done
         issue_group(tile + kStages);
       }
     }
+    trace.print("producer", num_steps, 3);
   } else {
   // ---- consumer warpgroups ----
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
@@ -526,9 +536,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     SoftmaxState st;
     const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
     const uint64_t k_desc0 = k_desc_at(ptx::smem_addr(k_buf(0))), v_desc0 = v_desc(0);
+    // Trace marks (profiling builds): 0 K wait begins, 1 K ready, 2 scores done, 3 weights done,
+    // 4 P slot free, 5 own output MMAs done.
+    StepTrace trace(tid == 0);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
+      trace.mark(i, 0);
       wait_k_tile(b, i / kWsKBufs);
+      trace.mark(i, 1);
       const uint64_t k_desc = wgmma::desc_advance(k_desc0, b * kKBufBytes), vd = wgmma::desc_advance(v_desc0, b * kKBufBytes);
       float acc[NT][4];
       wgmma::fence();
@@ -539,6 +554,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
                                 wgmma::desc_advance(k_desc, k_dims_offset(kk)), kk > 0);
       wgmma::commit();
       wgmma::wait<0>();
+      trace.mark(i, 2);
       // Scaled logits; masked entries (zero K rows) get -inf from the additive mask.
       float s[NT][4];
       const float* mask = sMask + b * kTile;
@@ -564,7 +580,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         a[kk][3] = w[2 * kk + 1][1];
       }
       // Hand P and the rescale factors to the output warpgroup once it has read the last ones.
+      trace.mark(i, 3);
       if (i > 0) mbarrier::wait(p_empty_bar, (i - 1) & 1);
+      trace.mark(i, 4);
       const int h0 = hb * 16 + g;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -584,8 +602,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           pv_chunks_rs(o, a[kk], wgmma::desc_advance(vd, kk * kV16Entries), kVChunk);
       wgmma::commit();
       wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
+      trace.mark(i, 5);
       release_k_tile(b);
     }
+    trace.print("scores", num_steps, 6);
     const RowTotals tot = row_totals(st);
     if (t4 == 0) {
       sInv[hb * 16 + g] = tot.inv[0];
@@ -603,10 +623,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
     const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
     const uint64_t v_desc1 = v_desc(Roles::scores_dims);
+    // Trace marks (profiling builds): 0 P wait begins, 1 P ready, 2 K ready, 3 output MMAs done.
+    StepTrace trace(tid == 128);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
+      trace.mark(i, 0);
       mbarrier::wait(p_full_bar, i & 1);
+      trace.mark(i, 1);
       wait_k_tile(b, i / kWsKBufs);
+      trace.mark(i, 2);
       const uint64_t vd = wgmma::desc_advance(v_desc1, b * kKBufBytes);
       const float alpha[2] = {sAlpha[hb * 16 + g], sAlpha[hb * 16 + g + 8]};
       wgmma::wait<0>();  // nothing is in flight; without it ptxas serializes every wgmma (C7515)
@@ -618,9 +643,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * kV16Entries), kVChunk);
       wgmma::commit();
       wgmma::wait<0>();
+      trace.mark(i, 3);
       mbarrier::arrive(p_empty_bar);  // its reads of sAlpha are done too
       release_k_tile(b);
     }
+    trace.print("output", num_steps, 4);
     ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);
     RowTotals tot;
     tot.inv[0] = sInv[hb * 16 + g];
