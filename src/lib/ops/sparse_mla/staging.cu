@@ -15,6 +15,7 @@
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/cuda/sparse_extend.h"
 #include "nvfp4mla/error.h"
+#include "ops/sparse_mla/decode/common/decode_common.cuh"
 #include "ops/sparse_mla/format_dispatch.cuh"
 
 namespace nvfp4mla::cuda {
@@ -29,18 +30,15 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 static_assert(layout::bf16::kLatentOffset == 0 && layout::bf16::kRopeOffset == 2 * kLatentDim &&
               kStagedBytes == 32 * kUnitsPerRow);
 
+// The slot entry `pos` of a row attends (decode_common.cuh's rules), reading no index past the
+// row's length.
 __device__ __forceinline__ int32_t attended_slot(const int32_t* row_indices, int len, int64_t capacity, int pos) {
-  if (pos >= len) return -1;
-  const int32_t idx = row_indices[pos];
-  return idx >= 0 && idx < capacity ? idx : -1;
-}
-__device__ __forceinline__ int row_len(const int32_t* topk_length, int topk, int row) {
-  return topk_length ? min(max(topk_length[row], 0), topk) : topk;
+  return pos < len ? attended_slot_of(capacity, len, pos, row_indices[pos]) : -1;
 }
 
 __global__ void mark_attended_kernel(const int32_t* indices, const int32_t* topk_length, int topk, int64_t capacity,
                                      int32_t* marks) {
-  const int row = blockIdx.x, len = row_len(topk_length, topk, row);
+  const int row = blockIdx.x, len = clamped_row_length(topk_length, topk, row);
   const int32_t* ri = indices + static_cast<int64_t>(row) * topk;
   for (int pos = threadIdx.x; pos < len; pos += kEntryThreads) {
     const int32_t slot = attended_slot(ri, len, capacity, pos);
@@ -50,7 +48,7 @@ __global__ void mark_attended_kernel(const int32_t* indices, const int32_t* topk
 
 __global__ void rewrite_indices_kernel(const int32_t* indices, const int32_t* topk_length, int topk, int64_t capacity,
                                        const int32_t* positions, int32_t* staged_indices) {
-  const int row = blockIdx.x, len = row_len(topk_length, topk, row);
+  const int row = blockIdx.x, len = clamped_row_length(topk_length, topk, row);
   const int64_t base = static_cast<int64_t>(row) * topk;
   for (int pos = threadIdx.x; pos < topk; pos += kEntryThreads) {
     const int32_t slot = attended_slot(indices + base, len, capacity, pos);

@@ -45,10 +45,14 @@ struct DecodeParams {
   float* part_lse;      // [rows, heads, splits] (base 2)
 };
 
+// A row's top-k length: topk without per-row lengths, else its length clamped to [0, topk].
+__device__ __forceinline__ int clamped_row_length(const int32_t* topk_length, int topk, int row) {
+  if (!topk_length) return topk;
+  const int n = topk_length[row];
+  return n < 0 ? 0 : (n > topk ? topk : n);
+}
 __device__ __forceinline__ int row_length(const DecodeParams& p, int row) {
-  if (!p.topk_length) return p.topk;
-  const int n = p.topk_length[row];
-  return n < 0 ? 0 : (n > p.topk ? p.topk : n);
+  return clamped_row_length(p.topk_length, p.topk, row);
 }
 
 // Top-k indices travel by cp.async into a shared-memory ring, in the same cp.async groups as the
@@ -63,9 +67,13 @@ __device__ __forceinline__ void issue_index_copy(const DecodeParams& p, int row,
   const int32_t* src = p.indices + static_cast<int64_t>(row) * p.topk + (pos < len ? pos : 0);
   ptx::cp_async_4_zfill(ring_tile + lane, src, pos < len ? 4 : 0);
 }
-// The slot of top-k position `pos` given its raw index, or -1 when the entry is masked.
+// The slot of top-k position `pos` given its raw index, or -1 when the entry is masked (past the
+// row's length, negative, or outside a cache of `capacity` slots).
+__device__ __forceinline__ int32_t attended_slot_of(int64_t capacity, int len, int pos, int32_t idx) {
+  return (pos < len && idx >= 0 && idx < capacity) ? idx : -1;
+}
 __device__ __forceinline__ int32_t slot_of_index(const DecodeParams& p, int len, int pos, int32_t idx) {
-  return (pos < len && idx >= 0 && idx < p.capacity) ? idx : -1;
+  return attended_slot_of(p.capacity, len, pos, idx);
 }
 // What the record copies do for a masked entry: skip it (its bytes stay stale, so callers must
 // not let them reach the MMAs) or write zero bytes read from nowhere (cp.async with a zero source
