@@ -2,9 +2,9 @@
 // Profiling builds only (CMake -DNVFP4MLA_DECODE_TRACE=ON): a per-step clock timeline of the
 // warp-specialized decode kernel's roles, printed at the end of three CTAs of each launch (the
 // first, middle and last row; head group 0, split 0). Each role's first thread records SM-clock
-// offsets from its CTA's start at fixed points of every step (ws_kernel.cuh lists them), so the
-// differences show where a step's time goes: barrier waits, MMAs, softmax, hand-offs. In normal
-// builds every mark and the print compile to nothing.
+// offsets from its CTA's start at fixed points of its first 32 steps (ws_kernel.cuh lists them),
+// so the differences show where a step's time goes: barrier waits, MMAs, softmax, hand-offs. In
+// normal builds every mark and the print compile to nothing.
 #include <cuda_runtime.h>
 
 #include <cstdio>
