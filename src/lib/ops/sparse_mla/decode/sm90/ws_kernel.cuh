@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const bool copies = !(kStageSkip & 8);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // Trace marks (profiling builds): 0 buffer wait begins, 1 buffer free, 2 buffer published.
-    StepTrace trace(ptid == 0);
+    StepTrace trace(0, ptid == 0);
     // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
     // expects the peer's half of the tile on its remote-full barrier.
     auto acquire_buffer = [&](int i, int b) {
@@ -465,7 +465,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         issue_group(tile + kStages);
       }
     }
-    trace.print("producer", num_steps, 3);
+    trace.finish(num_steps);
   } else {
   // ---- consumer warpgroups ----
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
@@ -538,7 +538,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const uint64_t k_desc0 = k_desc_at(ptx::smem_addr(k_buf(0))), v_desc0 = v_desc(0);
     // Trace marks (profiling builds): 0 K wait begins, 1 K ready, 2 scores done, 3 weights done,
     // 4 P slot free, 5 own output MMAs done.
-    StepTrace trace(tid == 0);
+    StepTrace trace(1, tid == 0);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
       trace.mark(i, 0);
@@ -605,7 +605,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       trace.mark(i, 5);
       release_k_tile(b);
     }
-    trace.print("scores", num_steps, 6);
+    trace.finish(num_steps);
     const RowTotals tot = row_totals(st);
     if (t4 == 0) {
       sInv[hb * 16 + g] = tot.inv[0];
@@ -624,7 +624,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
     const uint64_t v_desc1 = v_desc(Roles::scores_dims);
     // Trace marks (profiling builds): 0 P wait begins, 1 P ready, 2 K ready, 3 output MMAs done.
-    StepTrace trace(tid == 128);
+    StepTrace trace(2, tid == 128);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
       trace.mark(i, 0);
@@ -647,7 +647,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       mbarrier::arrive(p_empty_bar);  // its reads of sAlpha are done too
       release_k_tile(b);
     }
-    trace.print("output", num_steps, 4);
+    trace.finish(num_steps);
     ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);
     RowTotals tot;
     tot.inv[0] = sInv[hb * 16 + g];
@@ -684,7 +684,9 @@ void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStre
   attr.val.clusterDim.z = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
+  clear_step_traces(stream);
   check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair, kTile>, p), "sparse decode (warp-specialized) kernel launch");
+  print_step_traces(stream, rows, {"producer", "scores", "output", "output2"});
 }
 
 }  // namespace nvfp4mla::cuda
