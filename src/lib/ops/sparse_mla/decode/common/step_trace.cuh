@@ -8,7 +8,9 @@
 // kernel. In normal builds every mark compiles to nothing.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #ifndef NVFP4MLA_DECODE_TRACE
 #define NVFP4MLA_DECODE_TRACE 0
@@ -23,10 +25,21 @@ constexpr int kCtas = 3, kRoles = 4, kSteps = 32, kMarks = 6;
 // Per traced CTA and role: the step count, then kSteps x kMarks clock offsets (-1: not reached).
 constexpr int kRecord = 1 + kSteps * kMarks;
 constexpr int kWords = kCtas * kRoles * kRecord;
+// Every CTA's span (up to kSpanCtas CTAs): SM id, globaltimer at entry, latest warpgroup exit (ns).
+constexpr int kSpanCtas = 1 << 16;
 #if NVFP4MLA_DECODE_TRACE
 // One buffer per translation unit (each kernel instantiation prints its own after its launch).
 static __device__ long long g_marks[kWords];
+static __device__ unsigned long long g_spans[kSpanCtas][3];
 #endif
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ int linear_cta() {
+  return static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+}
 }  // namespace step_trace
 
 struct StepTrace {
@@ -44,6 +57,18 @@ struct StepTrace {
     (void)role, (void)first_of_role;
 #endif
   }
+  // Thread 0 of the CTA, at entry: the CTA's SM and start time.
+  __device__ static void cta_begin() {
+#if NVFP4MLA_DECODE_TRACE
+    const int c = step_trace::linear_cta();
+    if (threadIdx.x == 0 && c < step_trace::kSpanCtas) {
+      unsigned smid;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+      step_trace::g_spans[c][0] = smid;
+      step_trace::g_spans[c][1] = step_trace::global_ns();
+    }
+#endif
+  }
   __device__ __forceinline__ void mark(int step, int m) {
     if constexpr (kDecodeTrace)
       if (rec != nullptr && step < step_trace::kSteps) rec[1 + step * step_trace::kMarks + m] = clock64() - start;
@@ -52,20 +77,31 @@ struct StepTrace {
     if constexpr (kDecodeTrace)
       if (rec != nullptr) rec[0] = steps;
   }
+  // Every thread at the kernel's end: the first thread of each warpgroup moves the CTA's exit time.
+  __device__ static void cta_end() {
+#if NVFP4MLA_DECODE_TRACE
+    const int c = step_trace::linear_cta();
+    if (threadIdx.x % 128 == 0 && c < step_trace::kSpanCtas) atomicMax(&step_trace::g_spans[c][2], step_trace::global_ns());
+#endif
+  }
 };
 
-// Host, profiling builds: clears the buffer before a launch and prints it after ("trace <role> row
-// <r> step <i> <marks>"), one line per recorded step. `roles` names the kernel's role indices.
+// Host, profiling builds: clears the buffers before a launch and prints them after: one line per
+// recorded step ("trace <role> row <r> step <i> <marks>"; `roles` names the kernel's role
+// indices), then one line on the launch's CTAs ("trace ctas ..."): how long each ran and how long
+// each SM sat idle between two of its CTAs.
 inline void clear_step_traces(cudaStream_t stream) {
 #if NVFP4MLA_DECODE_TRACE
   void* buf = nullptr;
   cudaGetSymbolAddress(&buf, step_trace::g_marks);
   cudaMemsetAsync(buf, 0xFF, sizeof(step_trace::g_marks), stream);
+  cudaGetSymbolAddress(&buf, step_trace::g_spans);
+  cudaMemsetAsync(buf, 0, sizeof(step_trace::g_spans), stream);
 #else
   (void)stream;
 #endif
 }
-inline void print_step_traces(cudaStream_t stream, int rows, const char* const (&roles)[step_trace::kRoles]) {
+inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, const char* const (&roles)[step_trace::kRoles]) {
 #if NVFP4MLA_DECODE_TRACE
   static long long host[step_trace::kWords];
   cudaStreamSynchronize(stream);
@@ -80,8 +116,39 @@ inline void print_step_traces(cudaStream_t stream, int rows, const char* const (
         std::printf("\n");
       }
     }
+  // CTA spans: the launch's span, CTA durations, and the idle gaps between consecutive CTAs of an SM.
+  static unsigned long long spans[step_trace::kSpanCtas][3];
+  cudaMemcpyFromSymbol(spans, step_trace::g_spans, sizeof(spans));
+  const int ctas = std::min(ctas_launched, step_trace::kSpanCtas);
+  std::vector<std::vector<std::pair<unsigned long long, unsigned long long>>> per_sm(1024);
+  unsigned long long first = ~0ull, last = 0;
+  std::vector<double> dur, gap;
+  for (int c = 0; c < ctas; ++c) {
+    if (spans[c][1] == 0 || spans[c][2] < spans[c][1] || spans[c][0] >= per_sm.size()) continue;
+    per_sm[spans[c][0]].push_back({spans[c][1], spans[c][2]});
+    first = std::min(first, spans[c][1]);
+    last = std::max(last, spans[c][2]);
+    dur.push_back(1e-3 * double(spans[c][2] - spans[c][1]));
+  }
+  int sms = 0;
+  size_t most = 0;
+  for (auto& v : per_sm) {
+    if (v.empty()) continue;
+    ++sms;
+    most = std::max(most, v.size());
+    std::sort(v.begin(), v.end());
+    for (size_t i = 1; i < v.size(); ++i) gap.push_back(1e-3 * (double(v[i].first) - double(v[i - 1].second)));
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("trace ctas %zu sms %d most_per_sm %zu span_us %.1f cta_us_median %.2f gap_us_median %.2f gap_us_max %.2f\n",
+              dur.size(), sms, most, dur.empty() ? 0.0 : 1e-3 * double(last - first), median(dur), median(gap),
+              gap.empty() ? 0.0 : *std::max_element(gap.begin(), gap.end()));
 #else
-  (void)stream, (void)rows, (void)roles;
+  (void)stream, (void)rows, (void)roles, (void)ctas_launched;
 #endif
 }
 

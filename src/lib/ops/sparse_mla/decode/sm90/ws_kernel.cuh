@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F, kPair, kTile>;
   using Roles = WsRoles<kTile, kPair>;
+  StepTrace::cta_begin();
   constexpr int kStages = Smem::stages, kIdxRing = 2 * kStages + 1, kTokens = Smem::tokens_per_cta;
   constexpr int kCtas = kPair ? 2 : 1, kWsKBufs = Smem::k_bufs;
   constexpr int kStepTiles = kTile / kWsTile;  // planner tiles per K buffer
@@ -658,6 +659,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   }
   // A pair's CTAs write into each other's shared memory until the end: neither exits first.
   if constexpr (kPair) cluster::sync();
+  StepTrace::cta_end();
 #endif
 }
 
@@ -686,7 +688,7 @@ void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStre
   cfg.numAttrs = 1;
   clear_step_traces(stream);
   check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair, kTile>, p), "sparse decode (warp-specialized) kernel launch");
-  print_step_traces(stream, rows, {"producer", "scores", "output", "output2"});
+  print_step_traces(stream, rows, rows * head_groups * p.splits, {"producer", "scores", "output", "output2"});
 }
 
 }  // namespace nvfp4mla::cuda
