@@ -25,12 +25,13 @@ constexpr int kCtas = 3, kRoles = 4, kSteps = 32, kMarks = 6;
 // Per traced CTA and role: the step count, then kSteps x kMarks clock offsets (-1: not reached).
 constexpr int kRecord = 1 + kSteps * kMarks;
 constexpr int kWords = kCtas * kRoles * kRecord;
-// Every CTA's span (up to kSpanCtas CTAs): SM id, globaltimer at entry, latest warpgroup exit (ns).
+// Every CTA's span (up to kSpanCtas CTAs): SM id, globaltimer at entry, latest warpgroup exit (ns),
+// and thread 0's SM clock at entry and at its exit (with its globaltimer: the clock the CTA ran at).
 constexpr int kSpanCtas = 1 << 16;
 #if NVFP4MLA_DECODE_TRACE
 // One buffer per translation unit (each kernel instantiation prints its own after its launch).
 static __device__ long long g_marks[kWords];
-static __device__ unsigned long long g_spans[kSpanCtas][3];
+static __device__ unsigned long long g_spans[kSpanCtas][6];
 #endif
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
@@ -66,6 +67,7 @@ struct StepTrace {
       asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
       step_trace::g_spans[c][0] = smid;
       step_trace::g_spans[c][1] = step_trace::global_ns();
+      step_trace::g_spans[c][3] = clock64();
     }
 #endif
   }
@@ -82,6 +84,10 @@ struct StepTrace {
 #if NVFP4MLA_DECODE_TRACE
     const int c = step_trace::linear_cta();
     if (threadIdx.x % 128 == 0 && c < step_trace::kSpanCtas) atomicMax(&step_trace::g_spans[c][2], step_trace::global_ns());
+    if (threadIdx.x == 0 && c < step_trace::kSpanCtas) {
+      step_trace::g_spans[c][4] = clock64();
+      step_trace::g_spans[c][5] = step_trace::global_ns();
+    }
 #endif
   }
 };
@@ -117,18 +123,19 @@ inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, 
       }
     }
   // CTA spans: the launch's span, CTA durations, and the idle gaps between consecutive CTAs of an SM.
-  static unsigned long long spans[step_trace::kSpanCtas][3];
+  static unsigned long long spans[step_trace::kSpanCtas][6];
   cudaMemcpyFromSymbol(spans, step_trace::g_spans, sizeof(spans));
   const int ctas = std::min(ctas_launched, step_trace::kSpanCtas);
   std::vector<std::vector<std::pair<unsigned long long, unsigned long long>>> per_sm(1024);
   unsigned long long first = ~0ull, last = 0;
-  std::vector<double> dur, gap;
+  std::vector<double> dur, gap, mhz;
   for (int c = 0; c < ctas; ++c) {
     if (spans[c][1] == 0 || spans[c][2] < spans[c][1] || spans[c][0] >= per_sm.size()) continue;
     per_sm[spans[c][0]].push_back({spans[c][1], spans[c][2]});
     first = std::min(first, spans[c][1]);
     last = std::max(last, spans[c][2]);
     dur.push_back(1e-3 * double(spans[c][2] - spans[c][1]));
+    if (spans[c][5] > spans[c][1]) mhz.push_back(1e3 * double(spans[c][4] - spans[c][3]) / double(spans[c][5] - spans[c][1]));
   }
   int sms = 0;
   size_t most = 0;
@@ -144,9 +151,11 @@ inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, 
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     return v[v.size() / 2];
   };
-  std::printf("trace ctas %zu sms %d most_per_sm %zu span_us %.1f cta_us_median %.2f gap_us_median %.2f gap_us_max %.2f\n",
-              dur.size(), sms, most, dur.empty() ? 0.0 : 1e-3 * double(last - first), median(dur), median(gap),
-              gap.empty() ? 0.0 : *std::max_element(gap.begin(), gap.end()));
+  std::printf(
+      "trace ctas %zu sms %d most_per_sm %zu span_us %.1f cta_us_median %.2f gap_us_median %.2f gap_us_max %.2f "
+      "sm_mhz_median %.0f\n",
+      dur.size(), sms, most, dur.empty() ? 0.0 : 1e-3 * double(last - first), median(dur), median(gap),
+      gap.empty() ? 0.0 : *std::max_element(gap.begin(), gap.end()), median(mhz));
 #else
   (void)stream, (void)rows, (void)roles, (void)ctas_launched;
 #endif
