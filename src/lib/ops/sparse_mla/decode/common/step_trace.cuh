@@ -21,7 +21,7 @@ namespace nvfp4mla::cuda {
 constexpr bool kDecodeTrace = NVFP4MLA_DECODE_TRACE != 0;
 
 namespace step_trace {
-constexpr int kCtas = 3, kRoles = 4, kSteps = 32, kMarks = 6;
+constexpr int kCtas = 3, kRoles = 3, kSteps = 32, kMarks = 6;  // roles: producers, scores, output
 // Per traced CTA and role: the step count, then kSteps x kMarks clock offsets (-1: not reached).
 constexpr int kRecord = 1 + kSteps * kMarks;
 constexpr int kWords = kCtas * kRoles * kRecord;

@@ -475,8 +475,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // two, not for both in turn. The other consumer waits for it at the same named barrier.
   constexpr int kQLoader = Roles::output > Roles::scores ? 1 : 0;
   // Every 16-byte piece of Q goes out by cp.async before any is waited for (zero-filled past the
-  // row's heads): one memory latency, where a load-then-store loop took ~13,500 clocks of every
-  // CTA's start (the decode trace).
+  // row's heads): the CTA's start pays one memory latency for Q, not one per piece.
   auto load_q = [&] {
     constexpr int q_chunks = kQkDim / 8;
     const uint16_t* q_rows = p.q + (static_cast<int64_t>(row) * p.heads + head0) * kQkDim;
@@ -693,7 +692,7 @@ void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStre
   cfg.numAttrs = 1;
   clear_step_traces(stream);
   check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair, kTile>, p), "sparse decode (warp-specialized) kernel launch");
-  print_step_traces(stream, rows, rows * head_groups * p.splits, {"producer", "scores", "output", "output2"});
+  print_step_traces(stream, rows, rows * head_groups * p.splits, {"producer", "scores", "output"});
 }
 
 }  // namespace nvfp4mla::cuda
