@@ -475,12 +475,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // two, not for both in turn. The other consumer waits for it at the same named barrier.
   constexpr int kQLoader = Roles::output > Roles::scores ? 1 : 0;
   // Every 16-byte piece of Q goes out by cp.async before any is waited for (zero-filled past the
-  // row's heads): the CTA's start pays one memory latency for Q, not one per piece.
+  // row's heads): the CTA's start pays one memory latency for Q, not one per piece. A warp copies
+  // two neighbouring pieces (one 32-byte sector) of each of 16 heads: 16 consecutive core-matrix
+  // rows per piece, so its shared-memory writes are conflict-free (32 pieces of one head would
+  // all fall in the same four banks, 1 KB apart).
   auto load_q = [&] {
     constexpr int q_chunks = kQkDim / 8;
+    static_assert(q_chunks % 2 == 0 && kWsHeads == 64);
     const uint16_t* q_rows = p.q + (static_cast<int64_t>(row) * p.heads + head0) * kQkDim;
     for (int c = tid - 128 * kQLoader; c < kWsHeads * q_chunks; c += 128) {
-      const int h = c / q_chunks, ch = c % q_chunks;
+      const int h = (c >> 1) & (kWsHeads - 1), ch = 2 * (c >> 7) + (c & 1);
       const bool here = h < heads_here;
       ptx::cp_async_16_zfill(sQ + core_offset<kWsHeads>(h, 8 * ch), q_rows + (here ? h : 0) * kQkDim + 8 * ch, here ? 16 : 0);
     }
