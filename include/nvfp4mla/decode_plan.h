@@ -41,6 +41,10 @@ std::vector<DecodeKernel> supported_decode_kernels(const ArchSpec& arch, const R
 // NVFP4 records, when the groups pair up), else sm80_mma.
 DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec, int heads);
 
+// Whether `kernel` can merge `splits` splits inside its own launch (the warp-specialized sm90_ws*
+// kernels, 8 to 64 splits).
+bool decode_merges_in_kernel(DecodeKernel kernel, int splits);
+
 // Whether `kernel` rounds each dequantized K value to BF16 before its MMAs (the reference of the
 // same operands: ReferenceOptions::bf16_operands). The 16-head NVFP4 kernels do not: they feed
 // the exact e2m1 * d products and apply the outer scales in fp32.
@@ -61,6 +65,11 @@ struct DecodePlan {
   int splits = 1;          // KV splits per (row, head group); 1 = no partials, no merge
   int tiles_per_split = 0;
   int partial_bytes = 4;   // fp32 partial outputs
+  // splits > 1: the split CTAs merge the partials themselves after a grid-wide barrier (a
+  // cooperative launch: the whole grid resident at once) instead of a second, merge launch. The
+  // planner sets it when the CTAs fit one wave of resident CTAs (decode_merges_in_kernel); a device
+  // whose SMs hold fewer of the kernel's clusters at once runs the merge launch instead.
+  bool merge_in_kernel = false;
 
   int64_t ctas(int rows) const { return static_cast<int64_t>(rows) * num_head_groups * splits; }
 };

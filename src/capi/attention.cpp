@@ -145,7 +145,10 @@ int nvfp4mla_cuda_sparse_decode(const nvfp4mla_format* format, const nvfp4mla_at
     const RecordSpec spec = spec_of(format);
     const SparseMlaArgs a = attention_args(problem, format->layer_scale);
     DeviceScope scope(device);
-    const DecodePlan d = plan_of(plan, spec, a.heads);
+    DecodePlan d = plan_of(plan, spec, a.heads);
+    // As the planner decides it (a C plan does not carry it), for the device that runs it.
+    d.merge_in_kernel = decode_merges_in_kernel(d.kernel, d.splits) &&
+                        d.ctas(a.rows) <= static_cast<int64_t>(cuda::current_sm_count()) * d.ctas_per_sm;
     cuda::sparse_decode(spec, a, d, workspace, workspace_bytes, out, lse, stream_of(stream));
   });
 }

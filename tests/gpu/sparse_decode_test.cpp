@@ -40,9 +40,10 @@ struct GpuResult {
   DecodePlan plan;
   std::vector<uint16_t> out;
   std::vector<float> lse;
+  bool merged_in_kernel = false;
 };
 
-GpuResult run_gpu(const AttentionProblem& p, DecodeKernel kernel, int forced_splits, LseBase base = LseBase::natural) {
+GpuResult run_plan(const AttentionProblem& p, const DecodePlan& plan, LseBase base = LseBase::natural) {
   DeviceBuffer<uint16_t> q(p.q);
   DeviceBuffer<uint8_t> cache(p.cache);  // with the NaN guard record past the end
   DeviceBuffer<int32_t> idx(p.indices);
@@ -57,13 +58,16 @@ GpuResult run_gpu(const AttentionProblem& p, DecodeKernel kernel, int forced_spl
   a.indices = idx.get();
   a.topk_length = p.topk_length.empty() ? nullptr : len.get();
   a.lse_base = base;
-  const auto plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, current_device_arch(), forced_splits, kernel);
   const auto ws_layout = decode_workspace_layout(plan, p.rows, p.heads);
   DeviceBuffer<uint8_t> ws(ws_layout.total_bytes);
   ws.fill_bytes(0xFF);
-  cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr);
+  const bool merged = cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr);
   if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("kernel failed");
-  return {plan, out.download(), lse.download()};
+  return {plan, out.download(), lse.download(), merged};
+}
+
+GpuResult run_gpu(const AttentionProblem& p, DecodeKernel kernel, int forced_splits, LseBase base = LseBase::natural) {
+  return run_plan(p, plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, current_device_arch(), forced_splits, kernel), base);
 }
 
 // The largest error-to-bound ratios of a test, printed when it ends (how close the kernels come
@@ -228,6 +232,42 @@ TEST_P(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   plan.num_tiles = 1;
   EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr), Error);
+}
+
+// Splits merged inside the kernel's launch (after a grid-wide barrier) give the bits of the merge
+// launch: every record format's path, one and two head groups, splits that do not divide the 64
+// heads (some CTAs merge fewer heads, or none), lengths and an empty row; outputs poisoned. Kernels
+// that cannot merge in their launch refuse such a plan.
+TEST_P(GpuSparseDecode, MergeInKernelMatchesTheMergeLaunch) {
+  ProblemOptions opt;
+  opt.lengths = true;
+  int merged = 0;
+  for (const auto& spec : {kAllSpecs[6], kAllSpecs[1], kAllSpecs[0]})
+    for (int heads : {64, 128})
+      for (int splits : {5, 8, 16, 30}) {
+        SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads) + " splits " + std::to_string(splits));
+        if (!runs(spec, heads)) continue;
+        const auto p = make_problem(spec, 2, heads, 2048, 700 + splits, opt);
+        DecodePlan plan = plan_sparse_decode(spec, p.rows, heads, p.topk, arch_, splits, kernel());
+        if (!decode_merges_in_kernel(kernel(), plan.splits)) {
+          plan.merge_in_kernel = true;
+          EXPECT_THROW(run_plan(p, plan), Error);
+          continue;
+        }
+        ASSERT_TRUE(plan.merge_in_kernel);  // 2 rows: the grid fits one wave
+        ++merged;
+        const GpuResult in_kernel = run_plan(p, plan);
+        EXPECT_TRUE(in_kernel.merged_in_kernel);
+        plan.merge_in_kernel = false;
+        const GpuResult launched = run_plan(p, plan);
+        EXPECT_FALSE(launched.merged_in_kernel);
+        EXPECT_EQ(in_kernel.out, launched.out);
+        EXPECT_EQ(in_kernel.lse, launched.lse);
+        EXPECT_EQ(compare(p, in_kernel), 0);
+      }
+  skip_if_none_ran();
+  const bool ws = decode_merges_in_kernel(kernel(), 16);
+  if (ws) EXPECT_GE(merged, 6);
 }
 
 // A plan that names no kernel, or one the device cannot run, is refused before any launch.

@@ -289,3 +289,32 @@ TEST(DecodePlan, NumericsAreTheKernels) {
     EXPECT_EQ(decode_weights_are_bf16(k), k != DecodeKernel::sm80_h16) << to_string(k);
   }
 }
+
+// The warp-specialized kernels merge their splits inside the launch when the grid fits one wave
+// of resident CTAs; other kernels and larger grids keep the merge launch.
+TEST(DecodePlan, SplitsMergeInKernelWhenTheGridFitsOneWave) {
+  const DecodePlan small = plan_sparse_decode(kSpecNvfp4Fp8Rope, 3, 128, 2048, kH200);
+  EXPECT_EQ(small.kernel, DecodeKernel::sm90_ws_pair_wide);
+  EXPECT_EQ(small.splits, 16);  // 96 CTAs
+  EXPECT_TRUE(small.merge_in_kernel);
+  EXPECT_TRUE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200).merge_in_kernel);  // 128 CTAs
+  EXPECT_TRUE(plan_sparse_decode(kSpecBf16, 3, 64, 2048, kH200).merge_in_kernel);
+  // More CTAs than SMs, one split, fewer than 8 splits (32 heads or more for a CTA to merge), or a
+  // 16-head kernel: no.
+  const DecodePlan two = plan_sparse_decode(kSpecNvfp4Fp8Rope, 32, 128, 2048, kH200);
+  EXPECT_EQ(two.splits, 2);
+  EXPECT_FALSE(two.merge_in_kernel);
+  EXPECT_FALSE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200, 32).merge_in_kernel);
+  EXPECT_FALSE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 64, 2048, kH200).merge_in_kernel);
+  const DecodePlan h16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 3, 16, 2048, kH200);
+  EXPECT_GT(h16.splits, 1);
+  EXPECT_FALSE(h16.merge_in_kernel);
+  EXPECT_FALSE(plan_sparse_decode(kSpecFp8, 3, 64, 2048, kH200, 0, DecodeKernel::sm80_mma).merge_in_kernel);
+  for (DecodeKernel k : all_decode_kernels()) {
+    const bool ws = k == DecodeKernel::sm90_ws || k == DecodeKernel::sm90_ws_wide || k == DecodeKernel::sm90_ws_pair ||
+                    k == DecodeKernel::sm90_ws_pair_wide;
+    EXPECT_EQ(decode_merges_in_kernel(k, 16), ws) << to_string(k);
+    EXPECT_FALSE(decode_merges_in_kernel(k, 1)) << to_string(k);
+    EXPECT_FALSE(decode_merges_in_kernel(k, 65)) << to_string(k);
+  }
+}

@@ -19,14 +19,18 @@
 namespace nvfp4mla::cuda {
 namespace {
 
+// Runs the plan's kernel; returns whether it merged the splits itself.
 template <class F>
-void run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
+bool run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams& p, int rows, cudaStream_t stream) {
   constexpr bool nvfp4 = F::spec.dtype == CacheDtype::nvfp4_ds_mla;
   const int groups = plan.num_head_groups;
   switch (kernel) {
-    case DecodeKernel::sm80_mma: return launch_sm80_mma<F>(p, plan.head_group, rows, groups, stream);
+    case DecodeKernel::sm80_mma: launch_sm80_mma<F>(p, plan.head_group, rows, groups, stream); return false;
     case DecodeKernel::sm80_h16:
-      if constexpr (nvfp4) return launch_decode_h16<F>(p, rows, groups, stream);
+      if constexpr (nvfp4) {
+        launch_decode_h16<F>(p, rows, groups, stream);
+        return false;
+      }
       break;
     case DecodeKernel::sm90_ws: return launch_decode_ws<F, false, decode::kWsTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_wide:
@@ -36,7 +40,10 @@ void run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams&
       if constexpr (!decode::ws_wide_copies(F::spec)) return launch_decode_ws<F, true, decode::kWsWideTile>(p, rows, groups, stream);
       break;
     case DecodeKernel::sm90_h16:
-      if constexpr (nvfp4) return launch_decode_h16_sm90<F>(p, rows, groups, stream);
+      if constexpr (nvfp4) {
+        launch_decode_h16_sm90<F>(p, rows, groups, stream);
+        return false;
+      }
       break;
     case DecodeKernel::automatic: break;
   }
@@ -52,10 +59,10 @@ int current_sm_count() {
   return sms;
 }
 
-void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,
+bool sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodePlan& plan, void* workspace,
                    size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream) {
   validate_sparse_mla_args(spec, a);
-  if (a.rows == 0) return;
+  if (a.rows == 0) return false;
   if (!out || !lse) throw Error("sparse decode: out and lse are required");
   if (a.capacity > INT32_MAX) throw Error("sparse decode: capacity above 2^31 slots is not supported by int32 indices");
   if (plan.kernel == DecodeKernel::automatic)
@@ -70,6 +77,9 @@ void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
       static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles ||
       (shape.max_split_entries > 0 && int64_t(plan.tiles_per_split) * plan.tile_tokens > shape.max_split_entries))
     throw Error("sparse decode: the plan does not match rows/heads/topk; build it with plan_sparse_decode");
+  if (plan.merge_in_kernel && !decode_merges_in_kernel(plan.kernel, plan.splits))
+    throw Error(std::string("sparse decode: ") + to_string(plan.kernel) + " cannot merge " + std::to_string(plan.splits) +
+                " splits inside its launch; build the plan with plan_sparse_decode");
   const auto ws = decode_workspace_layout(plan, a.rows, a.heads);
   if (workspace_bytes < ws.total_bytes || (ws.total_bytes > 0 && !workspace))
     throw Error("sparse decode: workspace of " + std::to_string(ws.total_bytes) + " bytes required, got " +
@@ -98,9 +108,12 @@ void sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
     p.part_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_out_offset);
     p.part_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_lse_offset);
   }
+  p.merge_in_kernel = plan.merge_in_kernel;
+  bool merged = false;
   with_record_format(spec, "sparse decode",
-                     [&](auto format) { run_kernel<decltype(format)>(plan.kernel, plan, p, a.rows, stream); });
-  if (plan.splits > 1) launch_merge_splits(p, a.rows, stream);
+                     [&](auto format) { merged = run_kernel<decltype(format)>(plan.kernel, plan, p, a.rows, stream); });
+  if (plan.splits > 1 && !merged) launch_merge_splits(p, a.rows, stream);
+  return merged;
 }
 
 }  // namespace nvfp4mla::cuda

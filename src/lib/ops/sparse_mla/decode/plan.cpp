@@ -51,6 +51,12 @@ DecodeKernel parse_decode_kernel(const std::string& name) {
   throw Error("decode kernel: unknown name '" + name + "' (one of " + names + ")");
 }
 
+bool decode_merges_in_kernel(DecodeKernel k, int splits) {
+  const bool ws = k == DecodeKernel::sm90_ws || k == DecodeKernel::sm90_ws_wide || k == DecodeKernel::sm90_ws_pair ||
+                  k == DecodeKernel::sm90_ws_pair_wide;
+  return ws && splits >= decode::kMinMergeInKernelSplits && splits <= decode::kMaxMergeInKernelSplits;
+}
+
 bool decode_rounds_k_to_bf16(DecodeKernel k) { return k != DecodeKernel::sm80_h16 && k != DecodeKernel::sm90_h16; }
 bool decode_weights_are_bf16(DecodeKernel k) { return k != DecodeKernel::sm80_h16; }
 
@@ -208,6 +214,8 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   }
   p.tiles_per_split = std::min(tiles_per_split(splits), p.num_tiles);
   p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
+  p.merge_in_kernel = decode_merges_in_kernel(kernel, p.splits) &&
+                      p.ctas(rows) <= static_cast<int64_t>(arch.sm_count) * p.ctas_per_sm;
   return p;
 }
 

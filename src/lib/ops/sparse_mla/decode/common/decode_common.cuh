@@ -39,7 +39,8 @@ struct DecodeParams {
   float scale_log2;  // sm_scale * log2(e)
   float layer_scale;
   bool lse_base2;
-  __nv_bfloat16* out;   // final output when splits == 1
+  bool merge_in_kernel;  // splits > 1: the kernel merges them itself (merge.cuh; a cooperative launch)
+  __nv_bfloat16* out;   // final output when splits == 1 or merge_in_kernel
   float* lse;
   float* part_out;      // [rows, heads, splits, 512] when splits > 1
   float* part_lse;      // [rows, heads, splits] (base 2)

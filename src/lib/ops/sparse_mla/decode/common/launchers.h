@@ -16,9 +16,10 @@ template <class F>
 void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
 // sm90/ws_kernel.cuh: DecodeKernel::sm90_ws (kPair false, kTile 32), sm90_ws_wide (false, 64;
 // NVFP4 and FP8 formats), sm90_ws_pair (true, 32) and sm90_ws_pair_wide (true, 64; NVFP4 and FP8
-// formats).
+// formats). Returns whether the kernel merged the splits itself (p.merge_in_kernel and the whole
+// grid resident on this device at once).
 template <class F, bool kPair, int kTile>
-void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
+bool launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
 // sm90/h16_kernel.cuh: DecodeKernel::sm90_h16 (NVFP4 formats).
 template <class F>
 void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);

@@ -2,6 +2,6 @@
 #include "ops/sparse_mla/decode/sm90/ws_kernel.cuh"
 
 namespace nvfp4mla::cuda {
-template void launch_decode_ws<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::implicit>, false, kWsTile>(const DecodeParams&, int, int, cudaStream_t);
-template void launch_decode_ws<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::implicit>, true, kWsTile>(const DecodeParams&, int, int, cudaStream_t);
+template bool launch_decode_ws<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::implicit>, false, kWsTile>(const DecodeParams&, int, int, cudaStream_t);
+template bool launch_decode_ws<Format<CacheDtype::nvfp4_ds_mla, RopeEncoding::fp8, ScaleMode::implicit>, true, kWsTile>(const DecodeParams&, int, int, cudaStream_t);
 }  // namespace nvfp4mla::cuda

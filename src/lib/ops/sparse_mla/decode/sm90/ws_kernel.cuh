@@ -36,12 +36,15 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
 
 #include "device/cuda_check.h"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/common/merge.cuh"
 #include "ops/sparse_mla/decode/common/step_trace.cuh"
 #include "ops/sparse_mla/decode/kernel_shapes.h"
 #include "ops/sparse_mla/decode/sm90/cluster.cuh"
@@ -59,7 +62,9 @@ constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256,
 // leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
 // Wide tiles, pairs: 176 / 224 / 56, the 56-register producers holding one entry's slices; a
 // single CTA (two entries per producer thread): 160 / 224 / 64 (176 / 224 / 56 spilled 64 bytes).
-// Neither spills nor has a stack frame (ptxas -v) in any NVFP4 or FP8 instantiation.
+// The wide NVFP4 and FP8 instantiations neither spill nor have a stack frame (ptxas -v); with the
+// in-kernel merge the bf16 and 32-entry ones spill 16-32 bytes (the staged extend, bf16, measured
+// the same time with and without it).
 // The output dims are split between the two consumers: [0, scores_dims) accumulate in the scores
 // warpgroup, the rest in the output warpgroup. Wide tiles give the scores warpgroup (whose chain
 // sets the pace, and which holds 64-entry score accumulators) a quarter of them.
@@ -177,6 +182,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const uint32_t p_full_bar = bar0 + 8 * (3 * kWsKBufs), p_empty_bar = p_full_bar + 8;
 
   const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
+  // The merge runs after every CTA's loops: Q's buffer is free then.
+  float* merge_scratch = reinterpret_cast<float*>(smem);
   const int heads_here = min(kWsHeads, p.heads - head0);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t peer = kPair ? cluster::rank() ^ 1u : 0u;
@@ -467,6 +474,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       }
     }
     trace.finish(num_steps);
+    if (p.merge_in_kernel) grid_barrier();  // the consumers merge
   } else {
   // ---- consumer warpgroups ----
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
@@ -622,6 +630,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
     ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
     store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
+    if (p.merge_in_kernel) {
+      grid_barrier();
+      merge_share_of_heads<kWsConsumers>(p, row, head0, heads_here, split, merge_scratch, tid, kBarConsumers);
+    }
   } else {
     // ---- output warpgroup: output dims [scores_dims, 512) with P from shared memory ----
     NVFP4MLA_SETMAXNREG(inc, Roles::output);
@@ -663,6 +675,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     tot.inv[1] = sInv[hb * 16 + g + 8];
     tot.lse2[0] = tot.lse2[1] = 0.0f;  // the scores warpgroup writes the LSE
     store_outputs(p, tot, o, row, head0, heads_here, hb, Roles::scores_dims, false, split, lane);
+    if (p.merge_in_kernel) {
+      grid_barrier();
+      merge_share_of_heads<kWsConsumers>(p, row, head0, heads_here, split, merge_scratch, tid, kBarConsumers);
+    }
   }
   }
   // A pair's CTAs write into each other's shared memory until the end: neither exits first.
@@ -671,32 +687,61 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #endif
 }
 
+// Clusters of `cfg`'s shape the current device holds at once, asked once per device.
+template <class Kernel>
+int64_t max_active_clusters(Kernel kernel, const cudaLaunchConfig_t& cfg) {
+  static std::array<std::atomic<int>, 64> known{};  // per device ordinal: clusters + 1 (0: not asked yet)
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  const bool cached = dev < static_cast<int>(known.size());
+  if (cached && known[dev].load() > 0) return known[dev].load() - 1;
+  int n = 0;
+  check(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg), "sparse decode: resident clusters");
+  if (cached) known[dev].store(n + 1);
+  return n;
+}
+
 }  // namespace
 
 template <class F, bool kPair, int kTile>
-void launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
+bool launch_decode_ws(const DecodeParams& plan_params, int rows, int head_groups, cudaStream_t stream) {
   using Smem = WsSmem<F, kPair, kTile>;
+  constexpr auto kernel = sparse_decode_ws_kernel<F, kPair, kTile>;
   static std::once_flag once;
   std::call_once(once, [] {
-    check(cudaFuncSetAttribute(sparse_decode_ws_kernel<F, kPair, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Smem::total)),
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Smem::total)),
           "sparse decode: shared memory opt-in");
   });
+  static_assert(size_t(kWsHeads) * (decode::kMaxMergeInKernelSplits + 2) * 4 <= Smem::k_off, "merge scratch in Q's buffer");
+  DecodeParams p = plan_params;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(rows, head_groups, p.splits);
   cfg.blockDim = dim3(kWsThreads);
   cfg.dynamicSmemBytes = Smem::total;
   cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 1;
-  attr.val.clusterDim.y = kPair ? 2 : 1;  // the two head groups of a row
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = 1;
+  attrs[0].val.clusterDim.y = kPair ? 2 : 1;  // the two head groups of a row
+  attrs[0].val.clusterDim.z = 1;
+  cfg.attrs = attrs;
   cfg.numAttrs = 1;
+  if (p.merge_in_kernel) {
+    // The planner assumed the grid resident at once from the SM count; the device decides (how its
+    // SMs group into clusters). A grid that does not fit runs the merge kernel instead.
+    const int64_t clusters = static_cast<int64_t>(rows) * head_groups * p.splits / (kPair ? 2 : 1);
+    if (clusters > max_active_clusters(kernel, cfg)) {
+      p.merge_in_kernel = false;
+    } else {
+      attrs[1].id = cudaLaunchAttributeCooperative;  // grid.sync() before the merge
+      attrs[1].val.cooperative = 1;
+      cfg.numAttrs = 2;
+    }
+  }
   clear_step_traces(stream);
-  check(cudaLaunchKernelEx(&cfg, sparse_decode_ws_kernel<F, kPair, kTile>, p), "sparse decode (warp-specialized) kernel launch");
+  check(cudaLaunchKernelEx(&cfg, kernel, p), "sparse decode (warp-specialized) kernel launch");
   print_step_traces(stream, rows, rows * head_groups * p.splits, {"producer", "scores", "output"});
+  return p.merge_in_kernel;
 }
 
 }  // namespace nvfp4mla::cuda
