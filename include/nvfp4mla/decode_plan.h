@@ -74,6 +74,10 @@ struct DecodePlan {
   int64_t ctas(int rows) const { return static_cast<int64_t>(rows) * num_head_groups * splits; }
 };
 
+// The planner's DecodePlan::merge_in_kernel: the kernel can merge the plan's splits and its CTAs
+// for `rows` fit one wave of resident CTAs on `sm_count` SMs.
+bool plan_merges_in_kernel(const DecodePlan& plan, int rows, int sm_count);
+
 // The planner: the kernel (`kernel`, or default_decode_kernel for `automatic`; throws, naming
 // the reason, for one that cannot run the problem on `arch`), its CTA shape, and the splits
 // minimizing (waves of resident CTAs) x (tiles per split + a CTA's fixed cost of 4 tiles), the

@@ -147,8 +147,7 @@ int nvfp4mla_cuda_sparse_decode(const nvfp4mla_format* format, const nvfp4mla_at
     DeviceScope scope(device);
     DecodePlan d = plan_of(plan, spec, a.heads);
     // As the planner decides it (a C plan does not carry it), for the device that runs it.
-    d.merge_in_kernel = decode_merges_in_kernel(d.kernel, d.splits) &&
-                        d.ctas(a.rows) <= static_cast<int64_t>(cuda::current_sm_count()) * d.ctas_per_sm;
+    d.merge_in_kernel = plan_merges_in_kernel(d, a.rows, cuda::current_sm_count());
     cuda::sparse_decode(spec, a, d, workspace, workspace_bytes, out, lse, stream_of(stream));
   });
 }

@@ -57,6 +57,11 @@ bool decode_merges_in_kernel(DecodeKernel k, int splits) {
   return ws && splits >= decode::kMinMergeInKernelSplits && splits <= decode::kMaxMergeInKernelSplits;
 }
 
+bool plan_merges_in_kernel(const DecodePlan& plan, int rows, int sm_count) {
+  return decode_merges_in_kernel(plan.kernel, plan.splits) &&
+         plan.ctas(rows) <= static_cast<int64_t>(sm_count) * plan.ctas_per_sm;
+}
+
 bool decode_rounds_k_to_bf16(DecodeKernel k) { return k != DecodeKernel::sm80_h16 && k != DecodeKernel::sm90_h16; }
 bool decode_weights_are_bf16(DecodeKernel k) { return k != DecodeKernel::sm80_h16; }
 
@@ -214,8 +219,7 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   }
   p.tiles_per_split = std::min(tiles_per_split(splits), p.num_tiles);
   p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
-  p.merge_in_kernel = decode_merges_in_kernel(kernel, p.splits) &&
-                      p.ctas(rows) <= static_cast<int64_t>(arch.sm_count) * p.ctas_per_sm;
+  p.merge_in_kernel = plan_merges_in_kernel(p, rows, arch.sm_count);
   return p;
 }
 
