@@ -64,7 +64,7 @@ struct DecodePlan {
   int num_tiles = 0;       // ceil(topk / tile_tokens)
   int splits = 1;          // KV splits per (row, head group); 1 = no partials, no merge
   int tiles_per_split = 0;
-  int partial_bytes = 4;   // fp32 partial outputs
+  int partial_bytes = 4;   // splits > 1: partial outputs in fp32 (4) or BF16 (2; the planner's choice with merge_in_kernel)
   // splits > 1: the split CTAs merge the partials themselves after a grid-wide barrier (a
   // cooperative launch: the whole grid resident at once) instead of a second, merge launch. The
   // planner sets it when the CTAs fit one wave of resident CTAs (decode_merges_in_kernel); a device

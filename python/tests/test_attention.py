@@ -73,7 +73,9 @@ def test_plan_decode_fields_and_workspace():
     assert (plan.rows, plan.heads, plan.topk, plan.record_bytes) == (4, 128, 2048, 368)
     assert plan.head_group == 64 and plan.num_head_groups == 2 and plan.num_tiles == 2048 // plan.tile_tokens
     assert plan.splits > 1  # 4 rows cannot fill 132 SMs without splitting
-    partial_out = 4 * 128 * plan.splits * 512 * 4
+    # 4 x 2 x splits CTAs fit one wave: the splits merge inside the launch, with BF16 partials.
+    assert plan.partial_bytes == 2
+    partial_out = 4 * 128 * plan.splits * 512 * plan.partial_bytes
     partial_lse = 4 * 128 * plan.splits * 4
     align = lambda n: (n + 255) // 256 * 256  # noqa: E731
     assert plan.workspace_bytes == align(partial_out) + align(partial_lse)

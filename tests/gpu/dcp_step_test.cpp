@@ -213,8 +213,7 @@ void expect_equals_single_gpu(const nt::DcpStepProblem& p, const StepOutputs& go
   const bool bf16_k = cuda::decode_rounds_k_to_bf16(p.shape.spec, plan);
   std::vector<float> ref_out(single_out.size()), ref_lse(single_lse.size());
   sparse_mla_reference(p.shape.spec, host, ref_out.data(), ref_lse.data(), {.bf16_operands = bf16_k});
-  auto bounds = nt::oracle::attention(p.shape.spec, host,
-                                      {.bf16_operands = bf16_k, .bounds = true, .split_entries = nt::plan_split_entries(plan)});
+  auto bounds = nt::oracle::attention(p.shape.spec, host, nt::plan_bound_options(plan, bf16_k));
   const double row_cos = cuda::decode_weights_are_bf16(p.shape.spec, plan) ? 5e-5 : 5e-6;
   {
     SCOPED_TRACE("single GPU vs reference");

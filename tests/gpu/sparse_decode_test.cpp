@@ -255,19 +255,50 @@ TEST_P(GpuSparseDecode, MergeInKernelMatchesTheMergeLaunch) {
           continue;
         }
         ASSERT_TRUE(plan.merge_in_kernel);  // 2 rows: the grid fits one wave
+        EXPECT_EQ(plan.partial_bytes, 2);    // the planner's BF16 partials for in-kernel merges
         ++merged;
-        const GpuResult in_kernel = run_plan(p, plan);
-        EXPECT_TRUE(in_kernel.merged_in_kernel);
-        plan.merge_in_kernel = false;
-        const GpuResult launched = run_plan(p, plan);
-        EXPECT_FALSE(launched.merged_in_kernel);
-        EXPECT_EQ(in_kernel.out, launched.out);
-        EXPECT_EQ(in_kernel.lse, launched.lse);
-        EXPECT_EQ(compare(p, in_kernel), 0);
+        for (int partial_bytes : {2, 4}) {
+          SCOPED_TRACE("partial bytes " + std::to_string(partial_bytes));
+          plan.partial_bytes = partial_bytes;
+          plan.merge_in_kernel = true;
+          const GpuResult in_kernel = run_plan(p, plan);
+          EXPECT_TRUE(in_kernel.merged_in_kernel);
+          plan.merge_in_kernel = false;
+          const GpuResult launched = run_plan(p, plan);
+          EXPECT_FALSE(launched.merged_in_kernel);
+          EXPECT_EQ(in_kernel.out, launched.out);
+          EXPECT_EQ(in_kernel.lse, launched.lse);
+          EXPECT_EQ(compare(p, in_kernel), 0);
+        }
       }
   skip_if_none_ran();
   const bool ws = decode_merges_in_kernel(kernel(), 16);
   if (ws) EXPECT_GE(merged, 6);
+}
+
+// Every kernel writes its partials in fp32 or BF16 as the plan says (the planner picks BF16 only
+// for in-kernel merges), each within the reference's bounds for that precision, with the
+// workspace poisoned; a partial width other than 4 or 2 bytes is refused.
+TEST_P(GpuSparseDecode, PartialsInFp32AndBf16MatchReference) {
+  ProblemOptions opt;
+  opt.lengths = true;
+  for (const auto& spec : {kAllSpecs[6], kAllSpecs[1], kAllSpecs[0]})
+    for (int heads : {16, 64, 128}) {
+      SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads));
+      if (!runs(spec, heads)) continue;
+      const auto p = make_problem(spec, 3, heads, 1000, 900 + heads, opt);
+      DecodePlan plan = plan_sparse_decode(spec, p.rows, heads, p.topk, arch_, 3, kernel());
+      ASSERT_GT(plan.splits, 1);
+      plan.merge_in_kernel = false;
+      for (int partial_bytes : {4, 2}) {
+        SCOPED_TRACE("partial bytes " + std::to_string(partial_bytes));
+        plan.partial_bytes = partial_bytes;
+        EXPECT_EQ(compare(p, run_plan(p, plan)), 0);
+      }
+      plan.partial_bytes = 3;
+      EXPECT_THROW(run_plan(p, plan), Error);
+    }
+  skip_if_none_ran();
 }
 
 // A plan that names no kernel, or one the device cannot run, is refused before any launch.

@@ -160,7 +160,7 @@ BatchFailures check_batch(const RecordSpec& spec, DecodeKernel kernel, int width
   // Error bounds of each route (their KV splits differ) and of the difference of the two.
   namespace oracle = nvfp4mla::testing::oracle;
   const oracle::Result decode_bounds =
-      oracle::attention(spec, h, {.bf16_operands = bf16_k, .bounds = true, .split_entries = nvfp4mla::testing::plan_split_entries(plan)});
+      oracle::attention(spec, h, nvfp4mla::testing::plan_bound_options(plan, bf16_k));
   const oracle::Result extend_bounds =
       plan.splits == 1 ? decode_bounds : oracle::attention(spec, h, {.bf16_operands = bf16_k, .bounds = true});
   oracle::Result both_bounds = decode_bounds;

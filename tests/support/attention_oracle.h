@@ -100,6 +100,8 @@ struct Options {
   bool bounds = false;         // fill Result::element_bound and norm_bound
   // Entries per KV split of the kernel being bounded (0: one split); see the bounds below.
   int split_entries = 0;
+  // The splits' normalized partials are rounded to BF16 before the merge (DecodePlan::partial_bytes 2).
+  bool bf16_partials = false;
 };
 
 struct Result {
@@ -146,6 +148,10 @@ inline bool attended(const SparseMlaArgs& a, int row, int pos) {
 //   4 x 2^-9 sqrt(S) + sum_j P_j delta_j |v_j| + Delta |out| + 2^-8 |out| + 1e-30,
 // which bounds | |got| - |out| | and hence the relative error of |out| (about 1.3-1.5% of |out| for
 // a softmax over many comparable entries of order-1 values: a 2% scale error exceeds it).
+// BF16 partials (Options::bf16_partials) round each split's normalized output c_s (relative error
+// at most 2^-9 per element) before the merge weights W_s (the splits' shares of P): that adds
+// 2^-9 B_d to the element bound, B_d = sum_s W_s |c_sd| = sum_s |sum_{j in s} P_j v_jd|, and
+// 2^-9 |B| to the norm bound.
 
 namespace detail {
 
@@ -261,6 +267,17 @@ inline void attend_head(const SparseMlaArgs& a, const Options& opt, int row, int
     }
     s_split += -2.0 * cross + c2 * t.split_p2[sp];
   }
+  // BF16 partials: B_d = sum_s W_s |c_sd| = sum_s |sum_{j in s} P_j v_jd| (the split sums above).
+  double partial_norm = 0.0;
+  if (opt.bf16_partials) {
+    for (int d = 0; d < kLatent; ++d) {
+      double b = 0.0;
+      for (int sp = 0; sp < splits; ++sp) b += std::fabs(t.split_mean[static_cast<size_t>(sp) * kLatent + d]);
+      bound[d] += 0x1p-9 * b;
+      partial_norm += b * b;
+    }
+    partial_norm = 0x1p-9 * std::sqrt(partial_norm);
+  }
   double out_norm = 0.0;
   for (int d = 0; d < kLatent; ++d) {
     bound[d] += 0x1p-8 * (1.25 * a_sum[d] + std::fabs(out[d])) + big_delta * std::fabs(out[d]) + 1e-30;
@@ -268,7 +285,7 @@ inline void attend_head(const SparseMlaArgs& a, const Options& opt, int row, int
   }
   out_norm = std::sqrt(out_norm);
   res.norm_bound[rh] = 4.0 * 0x1p-9 * std::sqrt(std::max({s_plain, s_split, 0.0})) + delta_norm +
-                       big_delta * out_norm + 0x1p-8 * out_norm + 1e-30;
+                       big_delta * out_norm + 0x1p-8 * out_norm + 1e-30 + partial_norm;
 }
 
 // Reads the K rows of `row`'s attended entries into t (once per row and thread).

@@ -44,6 +44,15 @@ struct Comparison {
 // Entries per KV split of a decode plan, as attention_oracle.h's Options::split_entries wants it.
 inline int plan_split_entries(const DecodePlan& plan) { return plan.splits > 1 ? plan.tiles_per_split * plan.tile_tokens : 0; }
 
+// The oracle's options that bound a decode plan's output: K rounded to BF16 or not (`bf16_k`), the
+// plan's KV splits and the precision of their partials.
+inline oracle::Options plan_bound_options(const DecodePlan& plan, bool bf16_k) {
+  return {.bf16_operands = bf16_k,
+          .bounds = true,
+          .split_entries = plan_split_entries(plan),
+          .bf16_partials = plan.splits > 1 && plan.partial_bytes == 2};
+}
+
 // Compares; reports the first `max_reports` failures through ADD_FAILURE (0: silent).
 inline Comparison compare_attention(const std::vector<float>& got_out, const std::vector<float>& want_out,
                                     const std::vector<float>& got_lse, const std::vector<float>& want_lse,
@@ -101,9 +110,9 @@ inline Comparison compare_attention(const std::vector<float>& got_out, const std
 }
 
 // A decode-plan kernel's BF16 output and LSE against the fp64 reference on its operands, within the
-// oracle's bounds: K rounded to BF16 where the plan's kernel does, its splits' partials, and
-// FlashMLA's cosine limit per (row, head) (10x looser for kernels with BF16 weights, all but the
-// portable 16-head NVFP4 kernel, whose weights carry a BF16 remainder).
+// oracle's bounds: K rounded to BF16 where the plan's kernel does, its splits' partials (fp32 or
+// BF16), and FlashMLA's cosine limit per (row, head) (10x looser for kernels with BF16 weights, all
+// but the portable 16-head NVFP4 kernel, whose weights carry a BF16 remainder).
 inline Comparison compare_plan_with_reference(const RecordSpec& spec, const SparseMlaArgs& host_args,
                                               const DecodePlan& plan, const std::vector<uint16_t>& out_bf16,
                                               const std::vector<float>& lse) {
@@ -111,8 +120,7 @@ inline Comparison compare_plan_with_reference(const RecordSpec& spec, const Spar
   std::vector<float> ref_out(rows_heads * kLatentDim), ref_lse(rows_heads);
   const bool bf16_k = decode_rounds_k_to_bf16(plan.kernel);
   sparse_mla_reference(spec, host_args, ref_out.data(), ref_lse.data(), {.bf16_operands = bf16_k});
-  const auto bounds = oracle::attention(spec, host_args,
-                                        {.bf16_operands = bf16_k, .bounds = true, .split_entries = plan_split_entries(plan)});
+  const auto bounds = oracle::attention(spec, host_args, plan_bound_options(plan, bf16_k));
   std::vector<float> got(out_bf16.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = codec::bf16_decode(out_bf16[i]);
   const double row_cos_limit = decode_weights_are_bf16(plan.kernel) ? 5e-5 : 5e-6;

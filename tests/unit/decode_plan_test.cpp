@@ -297,6 +297,8 @@ TEST(DecodePlan, SplitsMergeInKernelWhenTheGridFitsOneWave) {
   EXPECT_EQ(small.kernel, DecodeKernel::sm90_ws_pair_wide);
   EXPECT_EQ(small.splits, 16);  // 96 CTAs
   EXPECT_TRUE(small.merge_in_kernel);
+  EXPECT_EQ(small.partial_bytes, 2);  // BF16 partials when the splits merge inside the launch
+  EXPECT_EQ(decode_workspace_layout(small, 3, 128).partial_out_bytes, size_t(3) * 128 * 16 * 512 * 2);
   EXPECT_TRUE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200).merge_in_kernel);  // 128 CTAs
   EXPECT_TRUE(plan_sparse_decode(kSpecBf16, 3, 64, 2048, kH200).merge_in_kernel);
   // More CTAs than SMs, one split, fewer than 8 splits (32 heads or more for a CTA to merge), or a
@@ -304,11 +306,13 @@ TEST(DecodePlan, SplitsMergeInKernelWhenTheGridFitsOneWave) {
   const DecodePlan two = plan_sparse_decode(kSpecNvfp4Fp8Rope, 32, 128, 2048, kH200);
   EXPECT_EQ(two.splits, 2);
   EXPECT_FALSE(two.merge_in_kernel);
+  EXPECT_EQ(two.partial_bytes, 4);  // fp32 partials for the merge launch
   EXPECT_FALSE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 8, 128, 2048, kH200, 32).merge_in_kernel);
   EXPECT_FALSE(plan_sparse_decode(kSpecNvfp4Fp8Rope, 256, 64, 2048, kH200).merge_in_kernel);
   const DecodePlan h16 = plan_sparse_decode(kSpecNvfp4Fp8Rope, 3, 16, 2048, kH200);
   EXPECT_GT(h16.splits, 1);
   EXPECT_FALSE(h16.merge_in_kernel);
+  EXPECT_EQ(h16.partial_bytes, 4);
   EXPECT_FALSE(plan_sparse_decode(kSpecFp8, 3, 64, 2048, kH200, 0, DecodeKernel::sm80_mma).merge_in_kernel);
   for (DecodeKernel k : all_decode_kernels()) {
     const bool ws = k == DecodeKernel::sm90_ws || k == DecodeKernel::sm90_ws_wide || k == DecodeKernel::sm90_ws_pair ||

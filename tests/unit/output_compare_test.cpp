@@ -34,8 +34,10 @@ struct Emulated {
 // each split of `split_entries` positions takes weights 2^(s log2(e) - m) in fp32 against its
 // maximum, rounded to BF16 for the output product, normalized by the sum of the rounded weights
 // (the 32-, 64- and 128-head kernels) or of the fp32 ones (the 16-head NVFP4 kernel); splits
-// merge with fp32 weights from their LSEs.
-Emulated emulate_kernel(const nvfp4mla::testing::AttentionProblem& p, int split_entries, Normalize normalize) {
+// merge with fp32 weights from their LSEs, their normalized outputs in fp32 or rounded to BF16
+// (`bf16_partials`).
+Emulated emulate_kernel(const nvfp4mla::testing::AttentionProblem& p, int split_entries, Normalize normalize,
+                        bool bf16_partials = false) {
   const SparseMlaArgs a = p.host_args();
   const oracle::Result o = oracle::attention(p.spec, a, {.bf16_operands = true});
   const int splits = split_entries > 0 ? (p.topk + split_entries - 1) / split_entries : 1;
@@ -73,7 +75,10 @@ Emulated emulate_kernel(const nvfp4mla::testing::AttentionProblem& p, int split_
           for (int d = 0; d < kLatentDim; ++d) part[sp][d] += w16 * vj[d];
         }
         const float inv = 1.0f / (normalize == Normalize::fp32_sum ? l : l_rounded);
-        for (float& x : part[sp]) x *= inv;
+        for (float& x : part[sp]) {
+          x *= inv;
+          if (bf16_partials) x = codec::bf16_decode(codec::bf16_encode_rn(x));
+        }
         part_lse2[sp] = m + std::log2(l);
       }
       const float mm = *std::max_element(part_lse2.begin(), part_lse2.end());
@@ -108,20 +113,26 @@ TEST(OutputCompare, KernelRoundingPassesAndAScaleErrorFails) {
   struct Kernel {
     int split_entries;
     Normalize normalize;
+    bool bf16_partials = false;
   };
-  // One split or splits of 64 entries normalized by their rounded sums; fp32 sums (no split
-  // dependence).
-  const Kernel kernels[] = {{0, Normalize::rounded_sum_per_split}, {64, Normalize::rounded_sum_per_split}, {64, Normalize::fp32_sum}};
+  // One split or splits of 64 entries normalized by their rounded sums, their partials in fp32 or
+  // BF16; fp32 sums (no split dependence).
+  const Kernel kernels[] = {{0, Normalize::rounded_sum_per_split},
+                            {64, Normalize::rounded_sum_per_split},
+                            {64, Normalize::rounded_sum_per_split, true},
+                            {64, Normalize::fp32_sum}};
   for (const RecordSpec& spec : nvfp4mla::testing::kAllRecordSpecs) {
     const auto p = nvfp4mla::testing::make_problem(spec, 3, 8, 256, seed++);
     std::vector<float> ref_out(static_cast<size_t>(p.rows) * p.heads * kLatentDim), ref_lse(static_cast<size_t>(p.rows) * p.heads);
     sparse_mla_reference(spec, p.host_args(), ref_out.data(), ref_lse.data(), {.bf16_operands = true});
     for (const Kernel& k : kernels) {
       SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " split entries " + std::to_string(k.split_entries) +
-                   (k.normalize == Normalize::fp32_sum ? " fp32 sums" : " rounded sums"));
-      const oracle::Result bounds =
-          oracle::attention(spec, p.host_args(), {.bf16_operands = true, .bounds = true, .split_entries = k.split_entries});
-      const Emulated e = emulate_kernel(p, k.split_entries, k.normalize);
+                   (k.normalize == Normalize::fp32_sum ? " fp32 sums" : " rounded sums") +
+                   (k.bf16_partials ? ", BF16 partials" : ""));
+      const oracle::Result bounds = oracle::attention(
+          spec, p.host_args(),
+          {.bf16_operands = true, .bounds = true, .split_entries = k.split_entries, .bf16_partials = k.bf16_partials});
+      const Emulated e = emulate_kernel(p, k.split_entries, k.normalize, k.bf16_partials);
       const auto ok = nvfp4mla::testing::compare_attention(bf16_output(e, 1.0f), ref_out, e.lse, ref_lse, bounds, p.heads,
                                                            {.cos_limit = 5e-6, .row_cos_limit = 5e-5});
       EXPECT_EQ(ok.failures, 0);

@@ -11,7 +11,7 @@
 
 namespace nvfp4mla::serving {
 
-enum class PartialPrecision : uint8_t { fp32, bf16 };  // the nvfp4mla decode kernel writes fp32
+enum class PartialPrecision : uint8_t { fp32, bf16 };  // fp32 covers every nvfp4mla decode plan (DecodePlan::partial_bytes 4 or 2)
 
 struct ScratchRequest {
   RecordSpec spec;

@@ -73,7 +73,7 @@ bool sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
   const int expect_groups = (a.heads + shape.head_group - 1) / shape.head_group;
   if (plan.num_head_groups != expect_groups || plan.head_group != shape.head_group || plan.warps != shape.warps ||
       plan.tile_tokens != shape.tile_tokens || plan.num_tiles != (a.topk + shape.tile_tokens - 1) / shape.tile_tokens ||
-      plan.splits < 1 || plan.tiles_per_split < 1 ||
+      plan.splits < 1 || plan.tiles_per_split < 1 || (plan.partial_bytes != 4 && plan.partial_bytes != 2) ||
       static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles ||
       (shape.max_split_entries > 0 && int64_t(plan.tiles_per_split) * plan.tile_tokens > shape.max_split_entries))
     throw Error("sparse decode: the plan does not match rows/heads/topk; build it with plan_sparse_decode");
@@ -105,8 +105,9 @@ bool sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
   p.out = reinterpret_cast<__nv_bfloat16*>(out);
   p.lse = lse;
   if (plan.splits > 1) {
-    p.part_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_out_offset);
+    p.part_out = static_cast<uint8_t*>(workspace) + ws.partial_out_offset;
     p.part_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ws.partial_lse_offset);
+    p.partials_bf16 = plan.partial_bytes == 2;
   }
   p.merge_in_kernel = plan.merge_in_kernel;
   bool merged = false;

@@ -42,8 +42,9 @@ struct DecodeParams {
   bool merge_in_kernel;  // splits > 1: the kernel merges them itself (merge.cuh; a cooperative launch)
   __nv_bfloat16* out;   // final output when splits == 1 or merge_in_kernel
   float* lse;
-  float* part_out;      // [rows, heads, splits, 512] when splits > 1
+  void* part_out;       // [rows, heads, splits, 512] when splits > 1: fp32, or BF16 with partials_bf16
   float* part_lse;      // [rows, heads, splits] (base 2)
+  bool partials_bf16;   // DecodePlan::partial_bytes == 2
 };
 
 // A row's top-k length: topk without per-row lengths, else its length clamped to [0, topk].
@@ -235,12 +236,38 @@ __device__ __forceinline__ RowTotals row_totals(const SoftmaxState& st) {
 }
 
 // Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
-// the final BF16 output and LSE when there is one split, else this split's fp32 partial.
+// the final BF16 output and LSE when there is one split, else this split's partial (fp32, or
+// BF16 with partials_bf16).
 template <int NT_O>
 __device__ __forceinline__ void store_outputs(const DecodeParams& p, const RowTotals& tot, const float (&o)[NT_O][4],
                                               int row, int head0, int heads_here, int hb, int dim0, bool writes_lse,
                                               int split, int lane) {
   const int g = lane >> 2, t4 = lane & 3;
+  if (p.splits > 1 && p.partials_bf16) {
+    // A lane quad holds 8 dims of a head per block, 2 per lane: 16 bytes of BF16. Written as
+    // they lie, every store would fill half a 32-byte sector (half-sector writes made the
+    // partials slower than fp32 ones); so the quad trades words, and lane t4 stores dims
+    // [4 t4, 4 t4 + 4) of the block pair (n, n + 1): whole sectors.
+    static_assert(NT_O % 2 == 0);
+    const int src = (lane & ~3) | (2 * (t4 & 1));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = hb * 16 + g + 8 * r;  // uniform over the quad: the shuffles stay inside it
+      const float inv = tot.inv[r];
+      const int64_t ps = (static_cast<int64_t>(row) * p.heads + head0 + h) * p.splits + split;
+      __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.part_out) + ps * kLatentDim + dim0 + 4 * t4;
+#pragma unroll
+      for (int n = 0; n < NT_O; n += 2) {
+        const uint32_t a = ptx::pack_bf16x2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        const uint32_t b = ptx::pack_bf16x2(o[n + 1][2 * r] * inv, o[n + 1][2 * r + 1] * inv);
+        const uint32_t a0 = __shfl_sync(0xFFFFFFFFu, a, src), b0 = __shfl_sync(0xFFFFFFFFu, b, src);
+        const uint32_t a1 = __shfl_sync(0xFFFFFFFFu, a, src + 1), b1 = __shfl_sync(0xFFFFFFFFu, b, src + 1);
+        if (h < heads_here) *reinterpret_cast<uint2*>(dst + n * 8) = t4 < 2 ? make_uint2(a0, a1) : make_uint2(b0, b1);
+      }
+      if (h < heads_here && writes_lse && t4 == 0) p.part_lse[ps] = tot.lse2[r];
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int h = hb * 16 + g + 8 * r;
@@ -255,7 +282,7 @@ __device__ __forceinline__ void store_outputs(const DecodeParams& p, const RowTo
       if (writes_lse && t4 == 0) p.lse[rh] = p.lse_base2 ? lse2 : lse2 * kLn2;
     } else {
       const int64_t ps = rh * p.splits + split;
-      float* dst = p.part_out + ps * kLatentDim + dim0 + 2 * t4;
+      float* dst = static_cast<float*>(p.part_out) + ps * kLatentDim + dim0 + 2 * t4;
 #pragma unroll
       for (int n = 0; n < NT_O; ++n)
         *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);

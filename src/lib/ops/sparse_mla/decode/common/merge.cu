@@ -1,5 +1,5 @@
 // Combines the KV splits of a decode into the final output and LSE (every kernel's partials
-// have the same layout: normalized fp32 output and base-2 LSE per (row, head, split)), for
+// have the same layout: normalized output (fp32 or BF16) and base-2 LSE per (row, head, split)), for
 // launches that do not merge inside the kernel (merge.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -13,12 +13,13 @@
 namespace nvfp4mla::cuda {
 namespace {
 
-// One block per (row, head): warp 0 computes the weights, every thread merges four dims.
-constexpr int kMergeThreads = kLatentDim / 4;
-__global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float* __restrict__ part_out,
-                                                                     const float* __restrict__ part_lse, int splits,
-                                                                     bool lse_base2, __nv_bfloat16* __restrict__ out,
-                                                                     float* __restrict__ lse) {
+// One block per (row, head): warp 0 computes the weights, every thread merges 16 bytes of each
+// split (4 fp32 or 8 BF16 dims).
+template <class T>
+__global__ void __launch_bounds__(kLatentDim / PartialType<T>::kDims) merge_splits_kernel(
+    const T* __restrict__ part_out, const float* __restrict__ part_lse, int splits, bool lse_base2,
+    __nv_bfloat16* __restrict__ out, float* __restrict__ lse) {
+  constexpr int kDims = PartialType<T>::kDims;
   extern __shared__ float weights[];
   __shared__ SplitWeights s_weights;
   const int64_t rh = blockIdx.x;
@@ -30,16 +31,22 @@ __global__ void __launch_bounds__(kMergeThreads) merge_splits_kernel(const float
     }
   }
   __syncthreads();
-  merge_quad(reinterpret_cast<const float4*>(part_out + rh * splits * kLatentDim) + threadIdx.x, weights, splits, s_weights,
-             out + rh * kLatentDim + 4 * threadIdx.x);
+  merge_dims(part_out + rh * splits * kLatentDim + kDims * threadIdx.x, weights, splits, s_weights,
+             out + rh * kLatentDim + kDims * threadIdx.x);
+}
+
+template <class T>
+void launch_merge(const DecodeParams& p, int rows, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(rows) * p.heads;
+  merge_splits_kernel<T><<<static_cast<unsigned>(n), kLatentDim / PartialType<T>::kDims, p.splits * sizeof(float), stream>>>(
+      static_cast<const T*>(p.part_out), p.part_lse, p.splits, p.lse_base2, p.out, p.lse);
 }
 
 }  // namespace
 
 void launch_merge_splits(const DecodeParams& p, int rows, cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(rows) * p.heads;
-  merge_splits_kernel<<<static_cast<unsigned>(n), kMergeThreads, p.splits * sizeof(float), stream>>>(
-      p.part_out, p.part_lse, p.splits, p.lse_base2, p.out, p.lse);
+  if (p.partials_bf16) launch_merge<__nv_bfloat16>(p, rows, stream);
+  else launch_merge<float>(p, rows, stream);
   check_launch("split merge kernel launch");
 }
 

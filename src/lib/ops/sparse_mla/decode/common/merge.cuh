@@ -1,6 +1,6 @@
 #pragma once
 // Combining the KV splits of a (row, head): weights 2^(lse_s - max), output = weighted mean of
-// the splits' normalized fp32 partials. Shared by the merge kernel (merge.cu) and the kernels
+// the splits' normalized partials (fp32 or BF16). Shared by the merge kernel (merge.cu) and the kernels
 // that merge inside their own launch (merge_share_of_heads), so both give the same bits.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -49,31 +49,48 @@ __device__ __forceinline__ SplitWeights split_weights(const float* pl, int split
   return {m, warp_sum(sum)};
 }
 
-// Output dims [4q, 4q + 4) of one (row, head): `po` points at split 0's four dims (the splits
-// 512 floats apart). The partials are read 8 splits at a time, all loads issued before any is
-// used (one dependent L2 round trip per split made the merge latency-bound). A split of weight 0
-// is skipped after its load: empty splits never wrote their partials, which may hold anything.
-__device__ __forceinline__ void merge_quad(const float4* po, const float* weights, int splits, const SplitWeights& sw,
-                                           __nv_bfloat16* out_quad) {
-  constexpr int kBatch = 8;
-  float4 acc = make_float4(0, 0, 0, 0);
+// Partials in fp32 (4 dims per 16-byte load) or BF16 (8 dims).
+template <class T>
+struct PartialType {
+  static constexpr int kDims = 16 / sizeof(T);  // dims a thread merges: one 16-byte load per split
+};
+
+// Output dims [kDims q, kDims q + kDims) of one (row, head): `po` points at split 0's dims (the
+// splits 512 values apart). The partials are read 8 splits at a time, all loads issued before any
+// is used (one dependent L2 round trip per split made the merge latency-bound). A split of weight
+// 0 is skipped after its load: empty splits never wrote their partials, which may hold anything.
+template <class T>
+__device__ __forceinline__ void merge_dims(const T* po, const float* weights, int splits, const SplitWeights& sw,
+                                           __nv_bfloat16* out_dims) {
+  constexpr int kBatch = 8, kDims = PartialType<T>::kDims;
+  float acc[kDims] = {};
   for (int first = 0; first < splits; first += kBatch) {
-    float4 v[kBatch];
+    uint4 v[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
-      if (first + u < splits) v[u] = __ldcg(po + (first + u) * (kLatentDim / 4));
+      if (first + u < splits) v[u] = __ldcg(reinterpret_cast<const uint4*>(po + static_cast<int64_t>(first + u) * kLatentDim));
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const float w = first + u < splits ? weights[first + u] : 0.0f;
       if (w == 0.0f) continue;
-      acc.x += w * v[u].x; acc.y += w * v[u].y; acc.z += w * v[u].z; acc.w += w * v[u].w;
+      const uint32_t x[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (kDims == 8) {  // BF16 pairs: the low half is the lower dim
+          acc[2 * k] += w * __uint_as_float(x[k] << 16);
+          acc[2 * k + 1] += w * __uint_as_float(x[k] & 0xFFFF0000u);
+        } else {
+          acc[k] += w * __uint_as_float(x[k]);
+        }
+      }
     }
   }
   const float inv = sw.sum > 0.0f ? 1.0f / sw.sum : 0.0f;
-  uint2 packed;
-  packed.x = ptx::pack_bf16x2(acc.x * inv, acc.y * inv);
-  packed.y = ptx::pack_bf16x2(acc.z * inv, acc.w * inv);
-  *reinterpret_cast<uint2*>(out_quad) = packed;
+  uint32_t packed[kDims / 2];
+#pragma unroll
+  for (int k = 0; k < kDims / 2; ++k) packed[k] = ptx::pack_bf16x2(acc[2 * k] * inv, acc[2 * k + 1] * inv);
+  if constexpr (kDims == 8) *reinterpret_cast<uint4*>(out_dims) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  else *reinterpret_cast<uint2*>(out_dims) = make_uint2(packed[0], packed[1]);
 }
 
 __device__ __forceinline__ float merged_lse(const SplitWeights& sw, bool lse_base2) {
@@ -107,12 +124,18 @@ __device__ __forceinline__ void merge_share_of_heads(const DecodeParams& p, int 
     }
   }
   ptx::named_barrier_sync_unaligned(bar, kThreads);
-  for (int i = t; i < n * (kLatentDim / 4); i += kThreads) {
-    const int h = i / (kLatentDim / 4), q = i % (kLatentDim / 4);
-    const int64_t rh = rh0 + h;
-    merge_quad(reinterpret_cast<const float4*>(p.part_out + rh * p.splits * kLatentDim) + q, scratch + h * p.splits, p.splits,
-               {stats[2 * h], stats[2 * h + 1]}, p.out + rh * kLatentDim + 4 * q);
-  }
+  auto merge = [&](auto type) {
+    using T = decltype(type);
+    constexpr int kDims = PartialType<T>::kDims, kPieces = kLatentDim / kDims;
+    for (int i = t; i < n * kPieces; i += kThreads) {
+      const int h = i / kPieces, q = i % kPieces;
+      const int64_t rh = rh0 + h;
+      merge_dims(static_cast<const T*>(p.part_out) + rh * p.splits * kLatentDim + kDims * q, scratch + h * p.splits, p.splits,
+                 {stats[2 * h], stats[2 * h + 1]}, p.out + rh * kLatentDim + kDims * q);
+    }
+  };
+  if (p.partials_bf16) merge(__nv_bfloat16{});
+  else merge(float{});
 }
 
 }  // namespace nvfp4mla::cuda

@@ -388,9 +388,17 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
       if (writes_lse) p.lse[rh] = p.lse_base2 ? tot.lse2[r] : tot.lse2[r] * kLn2;
     } else {
       const int64_t ps = rh * p.splits + split;
-      float4* dst = reinterpret_cast<float4*>(p.part_out + ps * kLatentDim + latent0);
+      if (p.partials_bf16) {
+        uint4* dst = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.part_out) + ps * kLatentDim + latent0);
 #pragma unroll
-      for (int c = 0; c < kLatentPerLane / 4; ++c) dst[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+        for (int c = 0; c < kLatentPerLane / 8; ++c)
+          dst[c] = make_uint4(ptx::pack_bf16x2(v[8 * c], v[8 * c + 1]), ptx::pack_bf16x2(v[8 * c + 2], v[8 * c + 3]),
+                              ptx::pack_bf16x2(v[8 * c + 4], v[8 * c + 5]), ptx::pack_bf16x2(v[8 * c + 6], v[8 * c + 7]));
+      } else {
+        float4* dst = reinterpret_cast<float4*>(static_cast<float*>(p.part_out) + ps * kLatentDim + latent0);
+#pragma unroll
+        for (int c = 0; c < kLatentPerLane / 4; ++c) dst[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+      }
       if (writes_lse) p.part_lse[ps] = tot.lse2[r];
     }
   }

@@ -571,7 +571,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
           const int64_t rh = static_cast<int64_t>(row) * p.heads + head0 + h;
           const int d = out_dim0 + out_dim(mt, 0, 0, 0);
           if (p.splits == 1) *reinterpret_cast<uint32_t*>(p.out + rh * kLatentDim + d) = ptx::pack_bf16x2(v0, v1);
-          else *reinterpret_cast<float2*>(p.part_out + (rh * p.splits + split) * kLatentDim + d) = make_float2(v0, v1);
+          else if (p.partials_bf16)
+            *reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(p.part_out) + (rh * p.splits + split) * kLatentDim + d) =
+                ptx::pack_bf16x2(v0, v1);
+          else *reinterpret_cast<float2*>(static_cast<float*>(p.part_out) + (rh * p.splits + split) * kLatentDim + d) = make_float2(v0, v1);
         }
       }
   }

@@ -546,6 +546,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (warpgroup == 0) {
     // ---- scores warpgroup: S, softmax, P, output dims [0, scores_dims) ----
     NVFP4MLA_SETMAXNREG(inc, Roles::scores);
+    // Trace marks (profiling builds), from before Q is in place: 0 K wait begins, 1 K ready,
+    // 2 scores done, 3 weights done, 4 P slot free, 5 own output MMAs done.
+    StepTrace trace(1, tid == 0);
     if constexpr (kQLoader == 0) load_q();
     else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);  // Q is in place
     float o[Roles::scores_dims / 8][4];
@@ -553,9 +556,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     SoftmaxState st;
     const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
     const uint64_t k_desc0 = k_desc_at(ptx::smem_addr(k_buf(0))), v_desc0 = v_desc(0);
-    // Trace marks (profiling builds): 0 K wait begins, 1 K ready, 2 scores done, 3 weights done,
-    // 4 P slot free, 5 own output MMAs done.
-    StepTrace trace(1, tid == 0);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
       trace.mark(i, 0);
@@ -622,7 +622,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       trace.mark(i, 5);
       release_k_tile(b);
     }
-    trace.finish(num_steps);
     const RowTotals tot = row_totals(st);
     if (t4 == 0) {
       sInv[hb * 16 + g] = tot.inv[0];
@@ -630,10 +629,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
     ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
     store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
+    // Trace marks after the loop (step num_steps): 0 outputs stored, 1 grid barrier passed, 2 merged.
+    trace.mark(num_steps, 0);
     if (p.merge_in_kernel) {
       grid_barrier();
+      trace.mark(num_steps, 1);
       merge_share_of_heads<kWsConsumers>(p, row, head0, heads_here, split, merge_scratch, tid, kBarConsumers);
+      trace.mark(num_steps, 2);
     }
+    trace.finish(num_steps + 1);
   } else {
     // ---- output warpgroup: output dims [scores_dims, 512) with P from shared memory ----
     NVFP4MLA_SETMAXNREG(inc, Roles::output);
