@@ -221,8 +221,8 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   p.splits = (p.num_tiles + p.tiles_per_split - 1) / p.tiles_per_split;  // no empty split
   p.merge_in_kernel = plan_merges_in_kernel(p, rows, arch.sm_count);
   // Merged inside the launch, the partials' trip through L2 (written, then read by other CTAs)
-  // is most of a small batch's time: BF16 partials halve it (H200: 3 x 128 22.6 -> 19.7 us). The
-  // merge launch keeps fp32 ones.
+  // is most of a small batch's time, and BF16 partials halve it (docs/PERF.md). The merge launch
+  // keeps fp32 ones.
   p.partial_bytes = p.merge_in_kernel ? 2 : 4;
   return p;
 }

@@ -16,10 +16,10 @@ namespace {
 // One block per (row, head): warp 0 computes the weights, every thread merges 16 bytes of each
 // split (4 fp32 or 8 BF16 dims).
 template <class T>
-__global__ void __launch_bounds__(kLatentDim / PartialType<T>::kDims) merge_splits_kernel(
+__global__ void __launch_bounds__(kLatentDim / kPartialDims<T>) merge_splits_kernel(
     const T* __restrict__ part_out, const float* __restrict__ part_lse, int splits, bool lse_base2,
     __nv_bfloat16* __restrict__ out, float* __restrict__ lse) {
-  constexpr int kDims = PartialType<T>::kDims;
+  constexpr int kDims = kPartialDims<T>;
   extern __shared__ float weights[];
   __shared__ SplitWeights s_weights;
   const int64_t rh = blockIdx.x;
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kLatentDim / PartialType<T>::kDims) merge_spli
 template <class T>
 void launch_merge(const DecodeParams& p, int rows, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows) * p.heads;
-  merge_splits_kernel<T><<<static_cast<unsigned>(n), kLatentDim / PartialType<T>::kDims, p.splits * sizeof(float), stream>>>(
+  merge_splits_kernel<T><<<static_cast<unsigned>(n), kLatentDim / kPartialDims<T>, p.splits * sizeof(float), stream>>>(
       static_cast<const T*>(p.part_out), p.part_lse, p.splits, p.lse_base2, p.out, p.lse);
 }
 

@@ -49,11 +49,9 @@ __device__ __forceinline__ SplitWeights split_weights(const float* pl, int split
   return {m, warp_sum(sum)};
 }
 
-// Partials in fp32 (4 dims per 16-byte load) or BF16 (8 dims).
+// Dims of a 16-byte load of partials (fp32: 4, BF16: 8): what one merging thread takes per split.
 template <class T>
-struct PartialType {
-  static constexpr int kDims = 16 / sizeof(T);  // dims a thread merges: one 16-byte load per split
-};
+constexpr int kPartialDims = 16 / sizeof(T);
 
 // Output dims [kDims q, kDims q + kDims) of one (row, head): `po` points at split 0's dims (the
 // splits 512 values apart). The partials are read 8 splits at a time, all loads issued before any
@@ -62,7 +60,7 @@ struct PartialType {
 template <class T>
 __device__ __forceinline__ void merge_dims(const T* po, const float* weights, int splits, const SplitWeights& sw,
                                            __nv_bfloat16* out_dims) {
-  constexpr int kBatch = 8, kDims = PartialType<T>::kDims;
+  constexpr int kBatch = 8, kDims = kPartialDims<T>;
   float acc[kDims] = {};
   for (int first = 0; first < splits; first += kBatch) {
     uint4 v[kBatch];
@@ -126,7 +124,7 @@ __device__ __forceinline__ void merge_share_of_heads(const DecodeParams& p, int 
   ptx::named_barrier_sync_unaligned(bar, kThreads);
   auto merge = [&](auto type) {
     using T = decltype(type);
-    constexpr int kDims = PartialType<T>::kDims, kPieces = kLatentDim / kDims;
+    constexpr int kDims = kPartialDims<T>, kPieces = kLatentDim / kDims;
     for (int i = t; i < n * kPieces; i += kThreads) {
       const int h = i / kPieces, q = i % kPieces;
       const int64_t rh = rh0 + h;
