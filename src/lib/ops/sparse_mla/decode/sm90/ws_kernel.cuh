@@ -359,37 +359,43 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           if constexpr (kPair) cluster::store_async(cluster::map_to_rank(ptx::smem_addr(mask), peer), __float_as_uint(m), peer_full);
         }
       };
-      // Two slices of one entry in flight (a whole step ahead) fit the pair's 56-register
-      // producers for NVFP4 records (64-byte slices), not for FP8 (96 bytes: ptxas spilled 24
-      // bytes with 64-register producers, and no split leaves them 72 without spilling in a
-      // consumer); those reload their one slice as soon as it is dequantized, as single CTAs do.
+      // Two slices of one entry in flight fit the pair's 56-register producers for NVFP4 records
+      // (64-byte slices), not for FP8 (96 bytes: ptxas spilled 24 bytes with 64-register
+      // producers, and no split leaves them 72 without spilling in a consumer); those keep one
+      // slice per entry, as single CTAs do.
+      // NVFP4 slices are reloaded only after the step's dequantization has used every set it
+      // reads: loads issued before the dequantization of data loaded earlier can share ptxas's
+      // scoreboards with it, and the first use of the old data then waits for the new loads too.
+      // FP8 slices (single CTAs) measured faster reloaded entry by entry, right after each is used.
+      constexpr bool kReloadEachEntry = F::spec.dtype == CacheDtype::fp8_ds_mla;
       constexpr bool kStepAhead = kEntries == 1 && sizeof(Slice) <= 64;
       if constexpr (kStepAhead) {
-        // One entry a step: two register sets, alternating, each loaded a whole step ahead (before
-        // the buffer wait); no slice is copied (a copy would wait for its loads).
-        int32_t idx_next = load_index(1, 0);
-        Slice cur, next;
-        bool valid_next = load_slice(0, 0, load_index(0, 0), cur);
-        auto step = [&](int i, Slice& x, Slice& x_next) {
+        // One entry a step: two register sets, alternating, each reloaded for the step after
+        // next once it has been dequantized (a whole step ahead of its use).
+        Slice xs[2];
+        bool valid[2];
+        valid[0] = load_slice(0, 0, load_index(0, 0), xs[0]);
+        valid[1] = num_steps > 1 && load_slice(1, 0, load_index(1, 0), xs[1]);
+        int32_t idx_after = load_index(2, 0);
+        auto step = [&](int i, int set) {
           const int b = i % kWsKBufs;
-          const bool valid = valid_next;
-          if (i + 1 < num_steps) {
-            valid_next = load_slice(i + 1, 0, idx_next, x_next);
-            idx_next = load_index(i + 2, 0);
-          }
           acquire_buffer(i, b);
-          store_slice(b, entry(0), valid, x);
+          store_slice(b, entry(0), valid[set], xs[set]);
           publish_buffer(b);
           trace.mark(i, 2);
+          if (i + 2 < num_steps) {
+            valid[set] = load_slice(i + 2, 0, idx_after, xs[set]);
+            idx_after = load_index(i + 3, 0);
+          }
         };
         for (int i = 0; i < num_steps; i += 2) {
-          step(i, cur, next);
-          if (i + 1 < num_steps) step(i + 1, next, cur);
+          step(i, 0);
+          if (i + 1 < num_steps) step(i + 1, 1);
         }
       } else {
-        // Two entries a step in two register sets (four would not fit the producers' budget): each
-        // set is reloaded for the next step as soon as it is dequantized, so one entry's loads
-        // overlap the other's dequantization and the next buffer wait.
+        // Up to two entries a step in one register set each (four would not fit the producers'
+        // budget), reloaded for the next step once dequantized, so the loads overlap the next
+        // buffer wait.
         Slice xs[kEntries];
         bool valid[kEntries];
         int32_t idx_next[kEntries];
@@ -398,19 +404,25 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           valid[e] = load_slice(0, e, load_index(0, e), xs[e]);
           idx_next[e] = load_index(1, e);
         }
+        auto reload = [&](int i, int e) {
+          if (i + 1 < num_steps) {
+            valid[e] = load_slice(i + 1, e, idx_next[e], xs[e]);
+            idx_next[e] = load_index(i + 2, e);
+          }
+        };
         for (int i = 0; i < num_steps; ++i) {
           const int b = i % kWsKBufs;
           acquire_buffer(i, b);
 #pragma unroll
           for (int e = 0; e < kEntries; ++e) {
             store_slice(b, entry(e), valid[e], xs[e]);
-            if (i + 1 < num_steps) {
-              valid[e] = load_slice(i + 1, e, idx_next[e], xs[e]);
-              idx_next[e] = load_index(i + 2, e);
-            }
+            if constexpr (kReloadEachEntry) reload(i, e);
           }
           publish_buffer(b);
           trace.mark(i, 2);
+          if constexpr (!kReloadEachEntry)
+#pragma unroll
+            for (int e = 0; e < kEntries; ++e) reload(i, e);
         }
       }
     } else {
