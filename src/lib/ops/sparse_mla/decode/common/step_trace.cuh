@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "ops/sparse_mla/decode/common/step_summary.h"
+
 #ifndef NVFP4MLA_DECODE_TRACE
 #define NVFP4MLA_DECODE_TRACE 0
 #endif
@@ -94,8 +96,10 @@ struct StepTrace {
 
 // Host, profiling builds: clears the buffers before a launch and prints them after: one line per
 // recorded step ("trace <role> row <r> step <i> <marks>"; `roles` names the kernel's role
-// indices), then one line on the launch's CTAs ("trace ctas ..."): how long each ran and how long
-// each SM sat idle between two of its CTAs.
+// indices), one steady-state line per traced CTA and role ("trace steady <role> row <r> steps <n>
+// period <clocks> phases <mark 0 to 1> <1 to 2> ...": step_summary.h), then one line on the
+// launch's CTAs ("trace ctas ..."): how long each ran and how long each SM sat idle between two of
+// its CTAs.
 inline void clear_step_traces(cudaStream_t stream) {
 #if NVFP4MLA_DECODE_TRACE
   void* buf = nullptr;
@@ -112,15 +116,23 @@ inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, 
   static long long host[step_trace::kWords];
   cudaStreamSynchronize(stream);
   cudaMemcpyFromSymbol(host, step_trace::g_marks, sizeof(host));
+  const auto median = step_trace::median_or_none;  // -1 for none
   const int row_of[step_trace::kCtas] = {0, rows / 2, rows - 1};
   for (int c = 0; c < step_trace::kCtas; ++c)
     for (int r = 0; r < step_trace::kRoles; ++r) {
       const long long* rec = host + (c * step_trace::kRoles + r) * step_trace::kRecord;
-      for (long long i = 0; i < rec[0] && i < step_trace::kSteps; ++i) {
+      const long long steps = std::min<long long>(rec[0], step_trace::kSteps);
+      auto at = [&](long long i, int m) { return rec[1 + i * step_trace::kMarks + m]; };
+      for (long long i = 0; i < steps; ++i) {
         std::printf("trace %s row %d step %lld", roles[r], row_of[c], i);
-        for (int m = 0; m < step_trace::kMarks; ++m) std::printf(" %lld", rec[1 + i * step_trace::kMarks + m]);
+        for (int m = 0; m < step_trace::kMarks; ++m) std::printf(" %lld", at(i, m));
         std::printf("\n");
       }
+      if (steps <= step_trace::kSteadyFirst + 1) continue;
+      const step_trace::SteadyState st = step_trace::steady_state(steps, step_trace::kMarks, at);
+      std::printf("trace steady %s row %d steps %lld period %.0f phases", roles[r], row_of[c], rec[0], st.period);
+      for (double d : st.phases) std::printf(" %.0f", d);
+      std::printf("\n");
     }
   // CTA spans: the launch's span, CTA durations, and the idle gaps between consecutive CTAs of an SM.
   static unsigned long long spans[step_trace::kSpanCtas][6];
@@ -146,11 +158,6 @@ inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, 
     std::sort(v.begin(), v.end());
     for (size_t i = 1; i < v.size(); ++i) gap.push_back(1e-3 * (double(v[i].first) - double(v[i - 1].second)));
   }
-  auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
   std::printf(
       "trace ctas %zu sms %d most_per_sm %zu span_us %.1f cta_us_median %.2f gap_us_median %.2f gap_us_max %.2f "
       "sm_mhz_median %.0f\n",
