@@ -116,7 +116,6 @@ inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, 
   static long long host[step_trace::kWords];
   cudaStreamSynchronize(stream);
   cudaMemcpyFromSymbol(host, step_trace::g_marks, sizeof(host));
-  const auto median = step_trace::median_or_none;  // -1 for none
   const int row_of[step_trace::kCtas] = {0, rows / 2, rows - 1};
   for (int c = 0; c < step_trace::kCtas; ++c)
     for (int r = 0; r < step_trace::kRoles; ++r) {
@@ -128,7 +127,6 @@ inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, 
         for (int m = 0; m < step_trace::kMarks; ++m) std::printf(" %lld", at(i, m));
         std::printf("\n");
       }
-      if (steps <= step_trace::kSteadyFirst + 1) continue;
       const step_trace::SteadyState st = step_trace::steady_state(steps, step_trace::kMarks, at);
       std::printf("trace steady %s row %d steps %lld period %.0f phases", roles[r], row_of[c], rec[0], st.period);
       for (double d : st.phases) std::printf(" %.0f", d);
@@ -161,8 +159,8 @@ inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, 
   std::printf(
       "trace ctas %zu sms %d most_per_sm %zu span_us %.1f cta_us_median %.2f gap_us_median %.2f gap_us_max %.2f "
       "sm_mhz_median %.0f\n",
-      dur.size(), sms, most, dur.empty() ? 0.0 : 1e-3 * double(last - first), median(dur), median(gap),
-      gap.empty() ? 0.0 : *std::max_element(gap.begin(), gap.end()), median(mhz));
+      dur.size(), sms, most, dur.empty() ? 0.0 : 1e-3 * double(last - first), step_trace::median_or_none(dur), step_trace::median_or_none(gap),
+      gap.empty() ? 0.0 : *std::max_element(gap.begin(), gap.end()), step_trace::median_or_none(mhz));
 #else
   (void)stream, (void)rows, (void)roles, (void)ctas_launched;
 #endif
