@@ -189,13 +189,16 @@ __device__ __forceinline__ RecordScales pair_scaled_record_scales(const uint8_t*
 // One NVFP4 latent group (8 bytes of E2M1 nibbles, its E4M3 scale byte) as 16 BF16 values
 // (e2m1 * d) * s, exactly the reader expression of record.h.
 template <class F>
-__device__ __forceinline__ Words16 nvfp4_group_words(uint2 nib, uint32_t scale_byte, float latent_scale) {
-  const float d = e4m3_to_float(static_cast<uint8_t>(scale_byte));
+__device__ __forceinline__ Words16 nvfp4_group_words_decoded(uint2 nib, float d, float latent_scale) {
   const E2m1Table table = e2m1_table(d, latent_scale, F::spec.scale_mode == ScaleMode::implicit);
   uint32_t w0[4], w1[4];
   e2m1x8_lookup(nib.x, table, w0);
   e2m1x8_lookup(nib.y, table, w1);
   return {make_uint4(w0[0], w0[1], w0[2], w0[3]), make_uint4(w1[0], w1[1], w1[2], w1[3])};
+}
+template <class F>
+__device__ __forceinline__ Words16 nvfp4_group_words(uint2 nib, uint32_t scale_byte, float latent_scale) {
+  return nvfp4_group_words_decoded<F>(nib, e4m3_to_float(static_cast<uint8_t>(scale_byte)), latent_scale);
 }
 
 template <class F>
@@ -298,11 +301,21 @@ template <class F>
 __device__ __forceinline__ float slice_latent_scale(const Nvfp4Slice<F>& x, float layer_scale) {
   return latent_outer_scale<F>(__uint_as_float(x.outer.y), layer_scale);
 }
+// Latent group j's E4M3 scale, decoded; and the group's values given that decoded scale (a
+// caller can decode the first scale early: it is the first instruction that reads the slice).
 template <class F>
-__device__ __forceinline__ Words16 slice_group_words(const Nvfp4Slice<F>& x, int j, float latent_scale) {
+__device__ __forceinline__ float slice_group_scale(const Nvfp4Slice<F>& x, int j) {
+  return e4m3_to_float(static_cast<uint8_t>(x.group_scales >> (8 * j)));
+}
+template <class F>
+__device__ __forceinline__ Words16 slice_group_words(const Nvfp4Slice<F>& x, int j, float latent_scale, float group_scale) {
   const uint4& n = x.nib[j / 2];
   const uint2 nib = j % 2 == 0 ? make_uint2(n.x, n.y) : make_uint2(n.z, n.w);
-  return nvfp4_group_words<F>(nib, (x.group_scales >> (8 * j)) & 0xFFu, latent_scale);
+  return nvfp4_group_words_decoded<F>(nib, group_scale, latent_scale);
+}
+template <class F>
+__device__ __forceinline__ Words16 slice_group_words(const Nvfp4Slice<F>& x, int j, float latent_scale) {
+  return slice_group_words(x, j, latent_scale, slice_group_scale(x, j));
 }
 template <class F>
 __device__ __forceinline__ uint4 slice_rope_words(const Nvfp4Slice<F>& x) {

@@ -60,8 +60,9 @@ constexpr int kWsTile = 32, kWsWideTile = 64, kWsHeads = 64, kWsConsumers = 256,
 // setmaxnreg budgets (65536 registers for 512 threads): scores warpgroup, output warpgroup, each
 // producer warpgroup. (A third producer warpgroup does not fit: with 640 threads the launch
 // leaves 96 registers per thread to redistribute, and setmaxnreg.inc beyond the pool never returns.)
-// Wide tiles, pairs: 176 / 224 / 56, the 56-register producers holding one entry's slices; a
-// single CTA (two entries per producer thread): 160 / 224 / 64 (176 / 224 / 56 spilled 64 bytes).
+// Wide tiles, pairs: 176 / 224 / 56, the 56-register producers holding one entry's slices (160 /
+// 224 / 64 measured 3% slower at 256 x 128); a single CTA (two entries per producer thread): 160 /
+// 224 / 64 (176 / 224 / 56 spilled 64 bytes).
 // The wide NVFP4 and FP8 instantiations neither spill nor have a stack frame (ptxas -v); with the
 // in-kernel merge the bf16 and 32-entry ones spill 16-32 bytes (the staged extend, bf16, measured
 // the same time with and without it).
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
     NVFP4MLA_SETMAXNREG(dec, Roles::producer);
-    const bool copies = !(kStageSkip & 8);
+    const bool copies = !(kStageSkip & 8), peer_values = !(kStageSkip & 64);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // Trace marks (profiling builds): 0 buffer wait begins, 1 buffer free, 2 buffer published.
     StepTrace trace(0, ptid == 0);
@@ -228,14 +229,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       if (use > 0) mbarrier::wait(empty_bar(b), (use - 1) & 1);
       trace.mark(i, 1);
       if constexpr (kPair)
-        if (ptid == 0) mbarrier::arrive_expect_tx(remote_full_bar(b), dequant ? Smem::peer_bytes : Smem::peer_mask_bytes);
+        if (ptid == 0) mbarrier::arrive_expect_tx(remote_full_bar(b), dequant && peer_values ? Smem::peer_bytes : Smem::peer_mask_bytes);
     };
     // 16 dequantized values of entry t at dims [d, d + 16) (two core-matrix rows) into this CTA's
     // K buffer and, for pairs, the peer's.
     auto store_values = [&](__nv_bfloat16* kt, uint32_t kt_peer, uint32_t peer_full, int t, int d, uint4 lo, uint4 hi) {
       const int o_lo = core_offset<kTile>(t, d), o_hi = core_offset<kTile>(t, d + 8);
       store_16_words(Dst16{kt + o_lo, kt + o_hi}, lo, hi);
-      if constexpr (kPair) {
+      if constexpr (kPair) if (peer_values) {
         cluster::store_async(kt_peer + 2 * o_lo, lo, peer_full);
         cluster::store_async(kt_peer + 2 * o_hi, hi, peer_full);
       }
@@ -333,9 +334,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         load_record_slice(p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes, part, slot >= 0 && copies, x);
         return slot >= 0;
       };
+      // Two slices of one entry in flight fit the pair's 56-register producers for NVFP4 records
+      // (64-byte slices), not for FP8 (96 bytes: ptxas spilled 24 bytes with 64-register
+      // producers, and no split leaves them 72 without spilling in a consumer); those keep one
+      // slice per entry, as single CTAs do.
+      constexpr bool kStepAhead = kEntries == 1 && sizeof(Slice) <= 64;
       // Dequantizes a slice into buffer b (both CTAs' for pairs); the entry's mask goes from the
-      // part-0 thread into the mask arrays.
-      auto store_slice = [&](int b, int t, bool valid, const Slice& x) {
+      // part-0 thread into the mask arrays. With slices a step ahead, latent group 0's scale was
+      // decoded earlier (first_group_scale; the step-ahead loop says why).
+      auto store_slice = [&](int b, int t, bool valid, const Slice& x, float first_group_scale = 0.0f) {
         __nv_bfloat16* kt = k_buf(b);
         const uint32_t kt_peer = kPair ? cluster::map_to_rank(ptx::smem_addr(kt), peer) : 0u;
         const uint32_t peer_full = kPair ? cluster::map_to_rank(remote_full_bar(b), peer) : 0u;
@@ -343,14 +350,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           const float latent_scale = slice_latent_scale(x, p.layer_scale);
 #pragma unroll
           for (int j = 0; j < Slice::kGroups; ++j) {
-            const Words16 w = slice_group_words(x, j, latent_scale);
+            const Words16 w = [&] {
+              if constexpr (kStepAhead) return slice_group_words(x, j, latent_scale, j == 0 ? first_group_scale : slice_group_scale(x, j));
+              else return slice_group_words(x, j, latent_scale);
+            }();
             store_values(kt, kt_peer, peer_full, t, 16 * (Slice::kGroups * part + j), w.lo, w.hi);
           }
           // The eight RoPE values: one core-matrix row; a pair of threads' halves make the 16.
           const uint4 r = slice_rope_words(x);
           const int o_r = core_offset<kTile>(t, kLatentDim + Slice::kRopeValues * part);
           *reinterpret_cast<uint4*>(kt + o_r) = r;
-          if constexpr (kPair) cluster::store_async(kt_peer + 2 * o_r, r, peer_full);
+          if constexpr (kPair) if (peer_values) cluster::store_async(kt_peer + 2 * o_r, r, peer_full);
         }
         if (part == 0) {
           const float m = valid ? 0.0f : -INFINITY;
@@ -359,38 +369,50 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
           if constexpr (kPair) cluster::store_async(cluster::map_to_rank(ptx::smem_addr(mask), peer), __float_as_uint(m), peer_full);
         }
       };
-      // Two slices of one entry in flight fit the pair's 56-register producers for NVFP4 records
-      // (64-byte slices), not for FP8 (96 bytes: ptxas spilled 24 bytes with 64-register
-      // producers, and no split leaves them 72 without spilling in a consumer); those keep one
-      // slice per entry, as single CTAs do.
       // NVFP4 slices are reloaded only after the step's dequantization has used every set it
       // reads: loads issued before the dequantization of data loaded earlier can share ptxas's
       // scoreboards with it, and the first use of the old data then waits for the new loads too.
       // FP8 slices (single CTAs) measured faster reloaded entry by entry, right after each is used.
       constexpr bool kReloadEachEntry = F::spec.dtype == CacheDtype::fp8_ds_mla;
-      constexpr bool kStepAhead = kEntries == 1 && sizeof(Slice) <= 64;
       if constexpr (kStepAhead) {
         // One entry a step: two register sets, alternating, each reloaded for the step after
-        // next once it has been dequantized (a whole step ahead of its use).
+        // next once it has been dequantized (a whole step ahead of its use). ptxas tracks every
+        // global load of these producers on one scoreboard, so the first read of a set waits for
+        // every load issued before it: each set's first read (its group-0 scale) comes before the
+        // other set's reload, when only its own loads, a step old, are in flight. (Read after the
+        // reload, it waited a full memory latency every other step: ncu, 27% of the producers'
+        // samples.) Every set is loaded before the loop, zeros past the split, so the read never
+        // touches unloaded registers.
         Slice xs[2];
         bool valid[2];
+        float first_scale[2];
         valid[0] = load_slice(0, 0, load_index(0, 0), xs[0]);
-        valid[1] = num_steps > 1 && load_slice(1, 0, load_index(1, 0), xs[1]);
+        first_scale[0] = slice_group_scale(xs[0], 0);
+        valid[1] = load_slice(1, 0, load_index(1, 0), xs[1]);  // zeros past the split: read below even then
         int32_t idx_after = load_index(2, 0);
         auto step = [&](int i, int set) {
           const int b = i % kWsKBufs;
           acquire_buffer(i, b);
-          store_slice(b, entry(0), valid[set], xs[set]);
+          store_slice(b, entry(0), valid[set], xs[set], first_scale[set]);
           publish_buffer(b);
           trace.mark(i, 2);
+        };
+        // After step i: the other set's first read, then this set's reload for step i + 2.
+        auto read_other_and_reload = [&](int i, int set) {
+          first_scale[set ^ 1] = slice_group_scale(xs[set ^ 1], 0);
           if (i + 2 < num_steps) {
             valid[set] = load_slice(i + 2, 0, idx_after, xs[set]);
             idx_after = load_index(i + 3, 0);
           }
         };
-        for (int i = 0; i < num_steps; i += 2) {
-          step(i, 0);
-          if (i + 1 < num_steps) step(i + 1, 1);
+        // The loop starts at a first read: ptxas makes the first read of loaded data after a loop
+        // head wait for every load in flight, so the head must not follow a reload.
+        if (num_steps > 0) step(0, 0);
+        for (int i = 0; i + 1 < num_steps; i += 2) {
+          read_other_and_reload(i, 0);
+          step(i + 1, 1);
+          read_other_and_reload(i + 1, 1);
+          if (i + 2 < num_steps) step(i + 2, 0);
         }
       } else {
         // Up to two entries a step in one register set each (four would not fit the producers'
