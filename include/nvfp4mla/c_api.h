@@ -190,7 +190,8 @@ NVFP4MLA_C_EXPORT int nvfp4mla_cuda_gather_records(int32_t record_bytes, const u
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_scatter_records(int32_t record_bytes, const uint8_t* src, const int64_t* slots,
                                                     int64_t n, uint8_t* cache, int64_t capacity,
                                                     uint64_t* error_count, int32_t device, void* stream);
-/* cuda::sparse_decode: out BF16 bits [rows, heads, 512], lse fp32 [rows, heads]; the plan must
+/* cuda::sparse_decode: out BF16 bits [rows, heads, 512] (16-byte aligned, like q and the cache),
+ * lse fp32 [rows, heads]; the plan must
  * come from nvfp4mla_plan_decode for the same format, rows, heads and topk; workspace of at least
  * plan->workspace_bytes, 256-byte aligned (may be NULL when that is 0). */
 NVFP4MLA_C_EXPORT int nvfp4mla_cuda_sparse_decode(const nvfp4mla_format* format, const nvfp4mla_attention* problem,

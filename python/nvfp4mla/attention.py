@@ -238,7 +238,8 @@ def sparse_decode(q, cache, indices, topk_length, sm_scale, plan, workspace, out
 
     plan: from :func:`plan_decode` for this format and q's rows/heads and indices' topk.
     workspace: uint8, at least ``plan.workspace_bytes``, 256-byte aligned (None when that is 0).
-    Returns (out bfloat16 [rows, heads, 512], lse float32 [rows, heads]); ``lse_base2`` gives log2."""
+    Returns (out bfloat16 [rows, heads, 512], lse float32 [rows, heads]); ``lse_base2`` gives log2.
+    A given ``out`` must be 16-byte aligned, like q and the cache."""
     if (out is not None and lse is not None and
             _decode_torch(plan, q, cache, indices, topk_length, sm_scale, workspace, out, lse, lse_base2, stream)):
         return out, lse

@@ -228,6 +228,11 @@ TEST_P(GpuSparseDecode, RejectsInconsistentPlanAndWorkspace) {
   DeviceBuffer<uint8_t> ws(decode_workspace_layout(plan, p.rows, p.heads).total_bytes);
   EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, nullptr, 0, out.get(), lse.get(), nullptr), Error);  // no workspace
   EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size() - 256, out.get(), lse.get(), nullptr), Error);
+  // Outputs off their alignment (the one-split kernels send whole 16-byte pieces of out).
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get() + 2, lse.get(), nullptr), Error);
+  EXPECT_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(),
+                                   reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(lse.get()) + 2), nullptr),
+               Error);
   ASSERT_NO_THROW(cuda::sparse_decode(p.spec, a, plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   plan.num_tiles = 1;

@@ -26,7 +26,8 @@ inline bool decode_weights_are_bf16(const RecordSpec&, const DecodePlan& plan) {
 
 // Runs the kernel the plan names (plan_sparse_decode for this problem; an error when the current
 // device cannot run it or the plan does not match the problem).
-// out: BF16 [rows, heads, 512]; lse: fp32 [rows, heads]; workspace of at least
+// out: BF16 [rows, heads, 512], 16-byte aligned; lse: fp32 [rows, heads]; q and cache 16-byte
+// aligned; workspace of at least
 // decode_workspace_layout(plan, rows, heads).total_bytes, 256-byte aligned. Returns whether the
 // splits were merged inside the kernel's launch (plan.merge_in_kernel on a device that holds the
 // whole grid at once) rather than by a merge launch.

@@ -63,6 +63,22 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) 
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
+// Bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared to global
+// memory by the async proxy, in this thread's bulk group (sm_90; nothing before). The writers of
+// the shared bytes fence the async proxy first; the thread waits before the memory is reused.
+__device__ __forceinline__ void bulk_store_global(void* gmem, uint32_t smem, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(gmem), "r"(smem), "r"(bytes) : "memory");
+#endif
+}
+// Closes this thread's bulk stores into one group and waits until every group has read its shared
+// source bytes (the global writes complete on their own).
+__device__ __forceinline__ void bulk_commit_and_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // Wait until at most `kPending` of this thread's committed groups are still in flight.

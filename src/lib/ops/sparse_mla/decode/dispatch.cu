@@ -85,8 +85,9 @@ bool sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
     throw Error("sparse decode: workspace of " + std::to_string(ws.total_bytes) + " bytes required, got " +
                 std::to_string(workspace_bytes));
   if ((reinterpret_cast<uintptr_t>(a.q) & 15) || (reinterpret_cast<uintptr_t>(a.cache) & 15) ||
+      (reinterpret_cast<uintptr_t>(out) & 15) || (reinterpret_cast<uintptr_t>(lse) & 3) ||
       (reinterpret_cast<uintptr_t>(workspace) & 255))
-    throw Error("sparse decode: q and cache must be 16-byte aligned, the workspace 256-byte aligned");
+    throw Error("sparse decode: q, cache and out must be 16-byte aligned, lse 4-byte, the workspace 256-byte aligned");
 
   DecodeParams p{};
   p.q = a.q;

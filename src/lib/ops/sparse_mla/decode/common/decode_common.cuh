@@ -235,6 +235,47 @@ __device__ __forceinline__ RowTotals row_totals(const SoftmaxState& st) {
   return t;
 }
 
+// Final outputs (one split) of the warp-specialized kernels go through shared memory: each thread
+// writes its normalized BF16 values into a row of kOutputStageRowBytes per head (the 16 bytes past
+// the 512 dims put the eight heads of a warp's store in different banks), then bulk copies send
+// whole 1 KB head rows to global memory (sparse_decode requires out 16-byte aligned; the kernels
+// check it again, and the fallback is the direct stores of store_outputs). Stored
+// straight from the fragments instead, every warp store wrote 16-byte halves of eight sectors,
+// and a CTA's 64 KB took ~10,000 SM clocks to leave (256 x 128 decode trace).
+constexpr int kOutputStageRowBytes = kLatentDim * 2 + 16;
+__device__ __forceinline__ bool stages_outputs(const DecodeParams& p) {
+  return p.splits == 1 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+}
+// This thread's normalized outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)) into `stage`.
+template <int NT_O>
+__device__ __forceinline__ void stage_outputs(uint8_t* stage, const RowTotals& tot, const float (&o)[NT_O][4], int hb, int dim0, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    uint8_t* dst = stage + (hb * 16 + g + 8 * r) * kOutputStageRowBytes + 2 * (dim0 + 2 * t4);
+#pragma unroll
+    for (int n = 0; n < NT_O; ++n)
+      *reinterpret_cast<uint32_t*>(dst + 16 * n) = ptx::pack_bf16x2(o[n][2 * r] * tot.inv[r], o[n][2 * r + 1] * tot.inv[r]);
+  }
+}
+// One warp sends the staged rows of the row's heads [head0, head0 + heads_here) to p.out and waits
+// until they have been read out of shared memory.
+__device__ __forceinline__ void send_staged_outputs(const DecodeParams& p, const uint8_t* stage, int row, int head0, int heads_here, int lane) {
+  for (int h = lane; h < heads_here; h += 32)
+    ptx::bulk_store_global(p.out + (static_cast<int64_t>(row) * p.heads + head0 + h) * kLatentDim,
+                           ptx::smem_addr(stage + h * kOutputStageRowBytes), kLatentDim * 2);
+  ptx::bulk_commit_and_wait_read();
+}
+// The LSE of this thread's heads when the outputs are staged (lane t4 == 0 of each quad).
+__device__ __forceinline__ void store_lse(const DecodeParams& p, const RowTotals& tot, int row, int head0, int heads_here, int hb, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int h = hb * 16 + g + 8 * r;
+    if (h < heads_here && t4 == 0) p.lse[static_cast<int64_t>(row) * p.heads + head0 + h] = p.lse_base2 ? tot.lse2[r] : tot.lse2[r] * kLn2;
+  }
+}
+
 // Normalize and store this thread's outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)):
 // the final BF16 output and LSE when there is one split, else this split's partial (fp32, or
 // BF16 with partials_bf16).

@@ -78,7 +78,7 @@ struct WsRoles {
   static_assert(scores + output + 2 * producer == 65536 / 128);
   static_assert(scores_dims % 128 == 0 && output_dims % 128 == 0, "n128 output MMAs");
 };
-constexpr int kBarProducer = 1, kBarConsumers = 2, kBarQ = 3;
+constexpr int kBarProducer = 1, kBarConsumers = 2, kBarQ = 3, kBarOutputWg = 4;
 static_assert(kWsTile == decode::kPlannerTile && kWsTile == decode::kWsTile && kWsWideTile == decode::kWsWideTile &&
                   kWsHeads == decode::kWsHeads && kWsThreads == 32 * decode::kWsWarps,
               "the planner's shape of this kernel (kernel_shapes.h)");
@@ -183,8 +183,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const uint32_t p_full_bar = bar0 + 8 * (3 * kWsKBufs), p_empty_bar = p_full_bar + 8;
 
   const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
-  // The merge runs after every CTA's loops: Q's buffer is free then.
+  // The merge runs after every CTA's loops: Q's buffer is free then, and so it is for staging
+  // the final outputs (one split: never both).
   float* merge_scratch = reinterpret_cast<float*>(smem);
+  uint8_t* output_stage = smem;
+  static_assert(kWsHeads * kOutputStageRowBytes <= Smem::k_off, "the output stage fits Q's buffer");
   const int heads_here = min(kWsHeads, p.heads - head0);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t peer = kPair ? cluster::rank() ^ 1u : 0u;
@@ -661,8 +664,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       sInv[hb * 16 + g] = tot.inv[0];
       sInv[hb * 16 + g + 8] = tot.inv[1];
     }
-    ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
-    store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
+    if (stages_outputs(p)) {
+      // Q's buffer is free (the last score MMAs are done); the output warpgroup sends the rows.
+      stage_outputs(output_stage, tot, o, hb, 0, lane);
+      store_lse(p, tot, row, head0, heads_here, hb, lane);
+      wgmma::fence_proxy_async_smem();  // read by the bulk copies
+      ptx::named_barrier_arrive(kBarConsumers, kWsConsumers);  // sInv and this warpgroup's dims are in place
+    } else {
+      ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
+      store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
+    }
     // Trace marks after the loop (step num_steps): 0 outputs stored, 1 grid barrier passed, 2 merged.
     trace.mark(num_steps, 0);
     if (p.merge_in_kernel) {
@@ -712,7 +723,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     tot.inv[0] = sInv[hb * 16 + g];
     tot.inv[1] = sInv[hb * 16 + g + 8];
     tot.lse2[0] = tot.lse2[1] = 0.0f;  // the scores warpgroup writes the LSE
-    store_outputs(p, tot, o, row, head0, heads_here, hb, Roles::scores_dims, false, split, lane);
+    if (stages_outputs(p)) {
+      stage_outputs(output_stage, tot, o, hb, Roles::scores_dims, lane);
+      wgmma::fence_proxy_async_smem();
+      ptx::named_barrier_sync(kBarOutputWg, 128);  // every staged row is whole
+      if (warp == 4) send_staged_outputs(p, output_stage, row, head0, heads_here, lane);
+    } else {
+      store_outputs(p, tot, o, row, head0, heads_here, hb, Roles::scores_dims, false, split, lane);
+    }
     if (p.merge_in_kernel) {
       grid_barrier();
       merge_share_of_heads<kWsConsumers>(p, row, head0, heads_here, split, merge_scratch, tid, kBarConsumers);
