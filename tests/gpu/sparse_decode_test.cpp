@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -341,6 +342,40 @@ TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
     ++refused;
   }
   EXPECT_GE(refused, 4);
+}
+
+// Rows lie along the grid's y, which holds 65,535 of them: more run as launches of row chunks,
+// each with its rows' Q, indices, lengths, outputs, LSE and partials. 65,539 rows repeating four
+// distinct ones (one head, so that it stays small; the pairs need more than 64 heads and skip),
+// two splits: every row equals its original bit for bit, and the originals match the reference.
+TEST_P(GpuSparseDecode, RowsPastTheGridLimit) {
+  const auto& spec = kAllSpecs[6];
+  constexpr int kHeads = 1, kTopk = 64, kDistinct = 4, kRows = 65535 + kDistinct;
+  if (!runs(spec, kHeads)) return skip_if_none_ran();
+  ProblemOptions opt;
+  opt.lengths = true;
+  const auto base = make_problem(spec, kDistinct, kHeads, kTopk, 21, opt);
+  AttentionProblem big = base;
+  big.rows = kRows;
+  big.q.clear();
+  big.indices.clear();
+  big.topk_length.clear();
+  for (int r = 0; r < kRows; ++r) {
+    const int o = r % kDistinct;
+    big.q.insert(big.q.end(), base.q.begin() + size_t(o) * kHeads * kQkDim, base.q.begin() + size_t(o + 1) * kHeads * kQkDim);
+    big.indices.insert(big.indices.end(), base.indices.begin() + size_t(o) * kTopk, base.indices.begin() + size_t(o + 1) * kTopk);
+    big.topk_length.push_back(base.topk_length[o]);
+  }
+  const auto small = run(base, 2), many = run(big, 2);
+  EXPECT_EQ(compare(base, small), 0);
+  int64_t differing = 0;
+  for (int r = 0; r < kRows; ++r) {
+    const int o = r % kDistinct;
+    differing += !std::equal(many.out.begin() + size_t(r) * kHeads * kLatentDim, many.out.begin() + size_t(r + 1) * kHeads * kLatentDim,
+                             small.out.begin() + size_t(o) * kHeads * kLatentDim) ||
+                 std::memcmp(&many.lse[size_t(r) * kHeads], &small.lse[size_t(o) * kHeads], kHeads * sizeof(float)) != 0;
+  }
+  EXPECT_EQ(differing, 0);
 }
 
 // Small enough for compute-sanitizer: the 64-head path (warp-specialized on sm_90) and the

@@ -49,15 +49,16 @@ struct StepTrace {
   long long* rec = nullptr;  // this thread's record, or null
   long long start = 0;
 
-  // `role`: index into the launcher's role names; `first_of_role`: the thread that records.
-  __device__ StepTrace(int role, bool first_of_role) {
+  // `role`: index into the launcher's role names; `first_of_role`: the thread that records. The
+  // traced CTAs are the first head group's and split's of the first, middle and last row.
+  __device__ StepTrace(int role, bool first_of_role, int row, int rows, bool first_group_and_split) {
 #if NVFP4MLA_DECODE_TRACE
-    const int cta = blockIdx.x == 0 ? 0 : blockIdx.x == gridDim.x / 2 ? 1 : blockIdx.x == gridDim.x - 1 ? 2 : -1;
-    if (cta >= 0 && blockIdx.y == 0 && blockIdx.z == 0 && first_of_role)
+    const int cta = row == 0 ? 0 : row == rows / 2 ? 1 : row == rows - 1 ? 2 : -1;
+    if (cta >= 0 && first_group_and_split && first_of_role)
       rec = step_trace::g_marks + (cta * step_trace::kRoles + role) * step_trace::kRecord;
     start = clock64();
 #else
-    (void)role, (void)first_of_role;
+    (void)role, (void)first_of_role, (void)row, (void)rows, (void)first_group_and_split;
 #endif
   }
   // Thread 0 of the CTA, at entry: the CTA's SM and start time.

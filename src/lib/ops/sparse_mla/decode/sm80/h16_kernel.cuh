@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   float* sMask = reinterpret_cast<float*>(smem + Smem::mask_off);     // per staged entry: 0 or -inf
   float* sS = reinterpret_cast<float*>(smem + Smem::s_off);  // [warp][head][entry] partial scores
 
-  const int row = blockIdx.x, head0 = blockIdx.y * kH16Heads, split = blockIdx.z;
+  const CtaWork work = cta_work(kH16Heads);
+  const int row = work.row, head0 = work.head0, split = work.split;
   const int heads_here = min(kH16Heads, p.heads - head0);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
   const int len = row_length(p, row);
@@ -415,7 +416,7 @@ void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStr
                                static_cast<int>(Smem::total)),
           "sparse decode (16 heads): shared memory opt-in");
   });
-  sparse_decode_h16_kernel<F><<<dim3(rows, head_groups, p.splits), kH16Threads, Smem::total, stream>>>(p);
+  sparse_decode_h16_kernel<F><<<decode_grid(rows, head_groups, p.splits), kH16Threads, Smem::total, stream>>>(p);
   check_launch("sparse decode (16 heads) kernel launch");
 }
 

@@ -86,7 +86,8 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
   uint8_t* sRaw = F::kRawIsKRow ? reinterpret_cast<uint8_t*>(sK) : smem + Smem::raw_off;
   int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);
 
-  const int row = blockIdx.x, head0 = blockIdx.y * HG, split = blockIdx.z;
+  const CtaWork work = cta_work(HG);
+  const int row = work.row, head0 = work.head0, split = work.split;
   const int heads_here = min(HG, p.heads - head0);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int hb = warp % NB, part = warp / NB;
@@ -232,7 +233,7 @@ void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_
                                static_cast<int>(Smem::total)),
           "sparse decode: shared memory opt-in");
   });
-  const dim3 grid(rows, head_groups, p.splits);
+  const dim3 grid = decode_grid(rows, head_groups, p.splits);
   sparse_decode_kernel<NB, F><<<grid, 32 * kConfig<NB>.warps, Smem::total, stream>>>(p);
   check_launch("sparse decode kernel launch");
 }

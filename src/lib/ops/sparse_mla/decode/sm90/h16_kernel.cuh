@@ -202,7 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
   using Smem = H16WgSmem;
   extern __shared__ __align__(128) uint8_t smem[];
-  const int row = blockIdx.x, head0 = blockIdx.y * kHeads, split = blockIdx.z;
+  const CtaWork work = cta_work(kHeads);
+  const int row = work.row, head0 = work.head0, split = work.split;
   const int heads_here = min(kHeads, p.heads - head0);
   // The warpgroup index comes through a shuffle from lane 0 so that ptxas knows it is warp-uniform
   // and keeps the shared-memory descriptors that depend on it in uniform registers (computed per
@@ -253,8 +254,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   // index load: loaded in registers a tile ahead, they stalled the loop's back edge (ptxas placed
   // the loads late and moved the result into the loop-carried register there).
   int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);
-  for (int i = tid; i < num_tiles * kTile; i += kThreads)
-    sIdx[i] = split_begin + i < split_end ? __ldg(row_indices + split_begin + i) : -1;
+  // Eight loads per thread in flight at once (a loop of one load per trip waits for each in turn).
+  constexpr int kIdxBatch = 8;
+  for (int i0 = 0; i0 < num_tiles * kTile; i0 += kIdxBatch * kThreads) {
+    int32_t v[kIdxBatch];
+#pragma unroll
+    for (int k = 0; k < kIdxBatch; ++k) {
+      const int i = i0 + k * kThreads + tid;
+      v[k] = split_begin + i < split_end ? __ldg(row_indices + split_begin + i) : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < kIdxBatch; ++k)
+      if (const int i = i0 + k * kThreads + tid; i < num_tiles * kTile) sIdx[i] = v[k];
+  }
   auto staged_index_of = [&](int t, int e) -> int32_t { return t < num_tiles ? sIdx[pos_of(t, e) - split_begin] : -1; };
   // Q's chunk of dims 8c'..8c'+7 of one head lands as four BF16 pairs (q_stage_offset):
   // latent pairs (0,4) (1,5) (2,6) (3,7), RoPE pairs (0,1) (2,3) (4,5) (6,7).
@@ -593,7 +605,7 @@ void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cu
   });
   const int split_entries = (p.tiles_per_split * kPlannerTile + kTile - 1) / kTile * kTile;
   if (split_entries > decode::kSm90H16MaxSplitEntries) throw Error("sparse decode (16 heads, sm_90): split of " + std::to_string(split_entries) + " entries");
-  sparse_decode_h16_sm90_kernel<F><<<dim3(rows, head_groups, p.splits), kThreads, H16WgSmem::total(split_entries), stream>>>(p);
+  sparse_decode_h16_sm90_kernel<F><<<decode_grid(rows, head_groups, p.splits), kThreads, H16WgSmem::total(split_entries), stream>>>(p);
   check_launch("sparse decode (16 heads, sm_90) kernel launch");
 }
 

@@ -182,7 +182,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   auto empty_bar = [&](int b) { return bar0 + 8 * (2 * kWsKBufs + b); };    // every consumer of the row left b
   const uint32_t p_full_bar = bar0 + 8 * (3 * kWsKBufs), p_empty_bar = p_full_bar + 8;
 
-  const int row = blockIdx.x, head0 = blockIdx.y * kWsHeads, split = blockIdx.z;
+  // Single CTAs take the decode grid (decode_grid); a pair's two head groups are a cluster along y.
+  // Single CTAs take the decode grid (decode_grid); a pair's two head groups are a cluster along y.
+  const CtaWork work = kPair ? CtaWork{static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y) * kWsHeads, static_cast<int>(blockIdx.z)}
+                             : cta_work(kWsHeads);
+  const int row = work.row, head0 = work.head0, split = work.split;
+  const int grid_rows = kPair ? gridDim.x : gridDim.y;
   // The merge runs after every CTA's loops: Q's buffer is free then, and so it is for staging
   // the final outputs (one split: never both).
   float* merge_scratch = reinterpret_cast<float*>(smem);
@@ -223,7 +228,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const bool copies = !(kStageSkip & 8), peer_values = !(kStageSkip & 64);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // Trace marks (profiling builds): 0 buffer wait begins, 1 buffer free, 2 buffer published.
-    StepTrace trace(0, ptid == 0);
+    StepTrace trace(0, ptid == 0, row, grid_rows, head0 == 0 && split == 0);
     // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
     // expects the peer's half of the tile on its remote-full barrier.
     auto acquire_buffer = [&](int i, int b) {
@@ -585,7 +590,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     NVFP4MLA_SETMAXNREG(inc, Roles::scores);
     // Trace marks (profiling builds), from before Q is in place: 0 K wait begins, 1 K ready,
     // 2 scores done, 3 weights done, 4 P slot free, 5 own output MMAs done.
-    StepTrace trace(1, tid == 0);
+    StepTrace trace(1, tid == 0, row, grid_rows, head0 == 0 && split == 0);
     if constexpr (kQLoader == 0) load_q();
     else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);  // Q is in place
     float o[Roles::scores_dims / 8][4];
@@ -694,7 +699,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
     const uint64_t v_desc1 = v_desc(Roles::scores_dims);
     // Trace marks (profiling builds): 0 P wait begins, 1 P ready, 2 K ready, 3 output MMAs done.
-    StepTrace trace(2, tid == 128);
+    StepTrace trace(2, tid == 128, row, grid_rows, head0 == 0 && split == 0);
     for (int i = 0; i < num_steps; ++i) {
       const int b = i % kWsKBufs;
       trace.mark(i, 0);
@@ -771,7 +776,7 @@ bool launch_decode_ws(const DecodeParams& plan_params, int rows, int head_groups
   static_assert(size_t(kWsHeads) * (decode::kMaxMergeInKernelSplits + 2) * 4 <= Smem::k_off, "merge scratch in Q's buffer");
   DecodeParams p = plan_params;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(rows, head_groups, p.splits);
+  cfg.gridDim = kPair ? dim3(rows, head_groups, p.splits) : decode_grid(rows, head_groups, p.splits);
   cfg.blockDim = dim3(kWsThreads);
   cfg.dynamicSmemBytes = Smem::total;
   cfg.stream = stream;
