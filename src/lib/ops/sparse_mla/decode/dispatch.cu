@@ -112,15 +112,15 @@ bool sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
     p.partials_bf16 = plan.partial_bytes == 2;
   }
   p.merge_in_kernel = plan.merge_in_kernel;
-  bool merged_all = a.rows > 0;
   // Rows lie along the grid's y (decode_grid): more than kMaxGridRows go as launches of row chunks.
+  // If any chunk did not merge its splits itself, the merge kernel takes every row.
+  bool merged = true;
   for (int r0 = 0; r0 < a.rows; r0 += kMaxGridRows) {
     const DecodeParams chunk = rows_from(p, r0);
     const int n = std::min(kMaxGridRows, a.rows - r0);
     with_record_format(spec, "sparse decode",
-                       [&](auto format) { merged_all = run_kernel<decltype(format)>(plan.kernel, plan, chunk, n, stream) && merged_all; });
+                       [&](auto format) { merged = run_kernel<decltype(format)>(plan.kernel, plan, chunk, n, stream) && merged; });
   }
-  const bool merged = merged_all;  // a chunk that did not merge its splits: the merge kernel takes every row
   if (plan.splits > 1 && !merged) launch_merge_splits(p, a.rows, stream);
   return merged;
 }

@@ -183,7 +183,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const uint32_t p_full_bar = bar0 + 8 * (3 * kWsKBufs), p_empty_bar = p_full_bar + 8;
 
   // Single CTAs take the decode grid (decode_grid); a pair's two head groups are a cluster along y.
-  // Single CTAs take the decode grid (decode_grid); a pair's two head groups are a cluster along y.
   const CtaWork work = kPair ? CtaWork{static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y) * kWsHeads, static_cast<int>(blockIdx.z)}
                              : cta_work(kWsHeads);
   const int row = work.row, head0 = work.head0, split = work.split;
