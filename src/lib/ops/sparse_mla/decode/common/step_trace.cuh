@@ -1,8 +1,10 @@
 #pragma once
 // Profiling builds only (CMake -DNVFP4MLA_DECODE_TRACE=ON): a per-step clock timeline of the
-// warp-specialized decode kernel's roles for three CTAs of each launch (the first, middle and last
-// row; head group 0, split 0). Each role's first thread stores SM-clock offsets from its CTA's
-// start at fixed points of its first 32 steps (ws_kernel.cuh lists them) into a device buffer;
+// sm_90 decode kernels' roles (the warp-specialized kernels' producers, scores and output
+// warpgroups; sm90_h16's two warpgroups, a step being one of its tiles) for three CTAs of each
+// launch (the first, middle and last row; head group 0, split 0). Each role's first thread stores
+// SM-clock offsets from its CTA's start at fixed points of its first 32 steps (ws_kernel.cuh and
+// h16_kernel.cuh list them) into a device buffer;
 // the launcher prints them after the launch (print_step_traces). The kernel makes no call: a
 // printf in a kernel makes ptxas serialize every wgmma of it (C7510), which would time a different
 // kernel. In normal builds every mark compiles to nothing.
@@ -23,7 +25,7 @@ namespace nvfp4mla::cuda {
 constexpr bool kDecodeTrace = NVFP4MLA_DECODE_TRACE != 0;
 
 namespace step_trace {
-constexpr int kCtas = 3, kRoles = 3, kSteps = 32, kMarks = 6;  // roles: producers, scores, output
+constexpr int kCtas = 3, kRoles = 3, kSteps = 32, kMarks = 6;  // roles: the launcher names them
 // Per traced CTA and role: the step count, then kSteps x kMarks clock offsets (-1: not reached).
 constexpr int kRecord = 1 + kSteps * kMarks;
 constexpr int kWords = kCtas * kRoles * kRecord;

@@ -39,6 +39,7 @@
 #include "device/cuda_check.h"
 #include "nvfp4mla/error.h"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/common/step_trace.cuh"
 #include "ops/sparse_mla/decode/kernel_shapes.h"
 #include "ops/sparse_mla/kv_tile.cuh"
 #include "ops/sparse_mla/mma_sm80.cuh"
@@ -201,6 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
 #ifdef NVFP4MLA_WGMMA
   static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
   using Smem = H16WgSmem;
+  StepTrace::cta_begin();
   extern __shared__ __align__(128) uint8_t smem[];
   const CtaWork work = cta_work(kHeads);
   const int row = work.row, head0 = work.head0, split = work.split;
@@ -210,6 +212,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   // thread they took 2 R2UR per descriptor and MMA, 257 R2UR in the kernel, and the kernel ran 15%
   // more instructions: 25.02M against 21.72M at 128 x 16).
   const int tid = threadIdx.x, wg = __shfl_sync(0xFFFFFFFFu, tid >> 7, 0), wtid = tid & 127, warp = wtid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  // Trace marks (profiling builds), per tile of the warpgroup: 0 tile begins, 1 chunk 0's MMAs
+  // may start, 2 chunk 4's may start, 3 scores done, 4 references agreed, 5 P in place; offsets
+  // count from the kernel's entry.
+  StepTrace trace(wg, wtid == 0, row, gridDim.y, head0 == 0 && split == 0);
   const int len = row_length(p, row);
   const int split_begin = split * p.tiles_per_split * kPlannerTile;
   const int split_end = min(min(p.num_tiles, (split + 1) * p.tiles_per_split) * kPlannerTile, len);
@@ -341,6 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   };
 
   for (int t = wg; t < num_tiles; t += kWarpgroups) {
+    trace.mark(t / kWarpgroups, 0);
     if (t != wg) issue_output();
     // The next tile's records, loaded part by part as this tile's are used.
     bool next_valid[2];
@@ -422,6 +429,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
       // released its registers, and the second output group and the RoPE product have finished.
       if (c == 0) wgmma::wait<2>();
       else wgmma::wait<1>();
+      if (c == 0 || c == 4) trace.mark(t / kWarpgroups, c == 0 ? 1 : 2);
       if (c == 1) {  // the RoPE product has finished with the registers (bf16 RoPE words are its A fragments)
 #pragma unroll
         for (int e = 0; e < 2; ++e) load_rope(share[e], next_rec[e], next_valid[e], t4);
@@ -439,6 +447,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
       wgmma::commit();
     }
     wgmma::wait<0>();
+    trace.mark(t / kWarpgroups, 3);
     wgmma::fence_operand(acc);
     wgmma::fence_operand(acc_rope);
 #pragma unroll
@@ -463,6 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     const bool warp_moves = __any_sync(0xFFFFFFFFu, moves);
     if (lane == 0) sVote[warp] = warp_moves;
     ptx::named_barrier_sync(bar_id, 128);
+    trace.mark(t / kWarpgroups, 4);
     if (sVote[0] | sVote[1] | sVote[2] | sVote[3]) {
       // Rare (the first tiles): the warpgroup's maximum per head moves the references.
       float mx[4];
@@ -509,12 +519,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     ptx::stmatrix_x4_trans(p_lane, pw[0], pw[1], pw[2], pw[3]);
     wgmma::fence_proxy_async_smem();
     ptx::named_barrier_sync(bar_id, 128);  // the warpgroup's V^T and P^T of this tile are in place for issue_output
+    trace.mark(t / kWarpgroups, 5);
 
 #pragma unroll
     for (int e = 0; e < 2; ++e) valid[e] = next_valid[e];
   }
   if (wg < num_tiles) issue_output();
   wgmma::wait<0>();
+  trace.finish((num_tiles - wg + kWarpgroups - 1) / kWarpgroups);
   ptx::cp_async_wait_group<0>();  // no copy outlives the kernel
 #pragma unroll
   for (int mt = 0; mt < kChunks; ++mt) wgmma::fence_operand(o[mt]);
@@ -590,6 +602,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
         }
       }
   }
+  StepTrace::cta_end();
 #endif
 }
 
@@ -605,8 +618,10 @@ void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cu
   });
   const int split_entries = (p.tiles_per_split * kPlannerTile + kTile - 1) / kTile * kTile;
   if (split_entries > decode::kSm90H16MaxSplitEntries) throw Error("sparse decode (16 heads, sm_90): split of " + std::to_string(split_entries) + " entries");
+  clear_step_traces(stream);
   sparse_decode_h16_sm90_kernel<F><<<decode_grid(rows, head_groups, p.splits), kThreads, H16WgSmem::total(split_entries), stream>>>(p);
   check_launch("sparse decode (16 heads, sm_90) kernel launch");
+  print_step_traces(stream, rows, rows * head_groups * p.splits, {"wg0", "wg1", "unused"});
 }
 
 }  // namespace nvfp4mla::cuda
