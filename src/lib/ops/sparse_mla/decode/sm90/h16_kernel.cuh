@@ -49,7 +49,7 @@ namespace nvfp4mla::cuda {
 namespace {
 
 constexpr int kHeads = 16;
-constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups;
+constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups, kQuads = kThreads / 4;
 constexpr int kTile = 64;                          // entries per tile: the M of the score wgmma
 constexpr int kLatentSteps = kLatentDim / 16;      // 32 k16 steps
 constexpr int kRopeSteps = kRopeDim / 16;          // 4
@@ -76,8 +76,9 @@ struct H16WgSmem {
   static constexpr size_t red_off = p_off + kWarpgroups * p_bytes;  // per warpgroup, warp, head: a float
   static constexpr size_t vote_off = red_off + size_t(kWarpgroups) * 4 * kHeads * 4;  // per warpgroup, warp: a flag
   static constexpr size_t head_off = vote_off + size_t(kWarpgroups) * 4 * 4;  // merge: warpgroup 1's m and l
-  static constexpr size_t scale_off = head_off + size_t(2) * kHeads * 4;  // per thread, 2 tiles: outer-scale fields
-  static constexpr size_t idx_off = scale_off + size_t(kThreads) * 2 * 16;  // the split's top-k indices
+  // Outer-scale fields, [tile buffer][field][lane quad]: a quad's lanes share their two entries
+  static constexpr size_t scale_off = head_off + size_t(2) * kHeads * 4;
+  static constexpr size_t idx_off = scale_off + size_t(2) * 4 * kQuads * 4;  // the split's top-k indices
   static constexpr size_t max_total = decode::kSmemBudgetPerBlock;
   static constexpr size_t total(int split_entries) { return idx_off + size_t(split_entries) * 4; }
   static_assert(vt_bytes >= size_t(kHeads) * kLatentDim * 4, "warpgroup 1 hands its O^T over in its V^T buffer");
@@ -171,17 +172,18 @@ __device__ __forceinline__ void load_rope(RecordShare<F>& r, const uint8_t* rec,
 #pragma unroll
   for (int i = 0; i < RecordShare<F>::kRopeWords; ++i) r.rope[i] = load_pinned_v4(src + i, valid);
 }
-// The fp32 RoPE and token scales of entry e (where the format has them) into the thread's slot
-// {rope e0, token e0, rope e1, token e1}, by cp.async (zeros for a masked entry). Loaded into
+// The fp32 RoPE and token scales of entry e (where the format has them) into fields 2e and 2e + 1
+// of the lane quad's slot {rope e0, token e0, rope e1, token e1} (field f at slot[f * kQuads]), by
+// cp.async (zeros for a masked entry); the quad's first lane copies them. Loaded into
 // registers a tile ahead instead, they stalled the loop's back edge on every tile: ptxas sank
 // their consumers below the next tile's loads, which then landed in other registers and were
 // moved back at the end of the loop, waiting for memory (21% of the stall samples).
 template <class F>
 __device__ __forceinline__ void copy_outer_scales(float* slot, const uint8_t* rec, bool valid, int e) {
   namespace L = layout::nvfp4;
-  if constexpr (F::spec.rope == RopeEncoding::fp8) ptx::cp_async_4_zfill(slot + 2 * e, rec + L::kRopeScaleOffset, valid ? 4 : 0);
+  if constexpr (F::spec.rope == RopeEncoding::fp8) ptx::cp_async_4_zfill(slot + 2 * e * kQuads, rec + L::kRopeScaleOffset, valid ? 4 : 0);
   if constexpr (F::spec.scale_mode == ScaleMode::dynamic)
-    ptx::cp_async_4_zfill(slot + 2 * e + 1, rec + L::kTokenScaleOffset, valid ? 4 : 0);
+    ptx::cp_async_4_zfill(slot + (2 * e + 1) * kQuads, rec + L::kTokenScaleOffset, valid ? 4 : 0);
 }
 
 // RoPE pair (k16 step r, fragment slot) of a share as BF16.
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   auto record_of = [&](int32_t idx) { return p.cache + static_cast<int64_t>(idx < 0 ? 0 : idx) * F::kRecordBytes; };
   // The warpgroup's first records; their fp32 outer-scale fields go by cp.async (copy_outer_scales).
   float* sScale = reinterpret_cast<float*>(smem + Smem::scale_off);
-  auto scale_slot = [&](int buf) { return sScale + (2 * tid + buf) * 4; };
+  auto scale_slot = [&](int buf) { return sScale + buf * 4 * kQuads + (tid >> 2); };
   RecordShare<F> share[2];
   bool valid[2];
 #pragma unroll
@@ -253,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
 #pragma unroll
     for (int slab = 0; slab < kSlabs; ++slab) load_latent(share[e], rec, valid[e], slab, t4);
     load_rope(share[e], rec, valid[e], t4);
-    copy_outer_scales<F>(scale_slot(0), rec, valid[e], e);
+    if (t4 == 0) copy_outer_scales<F>(scale_slot(0), rec, valid[e], e);
   }
   ptx::cp_async_commit();
   // The split's indices in shared memory (-1 past its end), so that no tile waits on a global
@@ -370,10 +372,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     // The next tile's outer-scale fields go out, this tile's (copied a tile ago) come in.
     const int buf = (t / kWarpgroups) % 2;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) copy_outer_scales<F>(scale_slot(buf ^ 1), next_rec[e], next_valid[e], e);
+    for (int e = 0; e < 2; ++e)
+      if (t4 == 0) copy_outer_scales<F>(scale_slot(buf ^ 1), next_rec[e], next_valid[e], e);
     ptx::cp_async_commit();
     ptx::cp_async_wait_group<1>();  // this tile's fields (copied a tile ago) have landed
-    const float4 fields = *reinterpret_cast<const float4*>(scale_slot(buf));
+    __syncwarp();                   // and the quad's other lanes see what its first lane copied
+    const float* slot = scale_slot(buf);
+    const float4 fields = make_float4(slot[0], slot[kQuads], slot[2 * kQuads], slot[3 * kQuads]);
     float c_lat[2], score_lat[2], score_rope[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
