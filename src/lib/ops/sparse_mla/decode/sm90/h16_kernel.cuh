@@ -244,6 +244,27 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   // The warpgroup's first records; their fp32 outer-scale fields go by cp.async (copy_outer_scales).
   float* sScale = reinterpret_cast<float*>(smem + Smem::scale_off);
   auto scale_slot = [&](int buf) { return sScale + buf * 4 * kQuads + (tid >> 2); };
+  // The split's indices go to shared memory (-1 past its end), so that no tile waits on a global
+  // index load: loaded in registers a tile ahead, they stalled the loop's back edge (ptxas placed
+  // the loads late and moved the result into the loop-carried register there). Eight loads per
+  // thread in flight at once (a loop of one load per trip waits for each in turn); the first eight
+  // go out before the first records, whose loads wait for their own indices.
+  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);
+  constexpr int kIdxBatch = 8;
+  auto load_index_batch = [&](int i0, int32_t(&v)[kIdxBatch]) {
+#pragma unroll
+    for (int k = 0; k < kIdxBatch; ++k) {
+      const int i = i0 + k * kThreads + tid;
+      v[k] = split_begin + i < split_end ? __ldg(row_indices + split_begin + i) : -1;
+    }
+  };
+  auto store_index_batch = [&](int i0, const int32_t(&v)[kIdxBatch]) {
+#pragma unroll
+    for (int k = 0; k < kIdxBatch; ++k)
+      if (const int i = i0 + k * kThreads + tid; i < num_tiles * kTile) sIdx[i] = v[k];
+  };
+  int32_t first_batch[kIdxBatch];
+  load_index_batch(0, first_batch);
   RecordShare<F> share[2];
   bool valid[2];
 #pragma unroll
@@ -258,22 +279,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     if (t4 == 0) copy_outer_scales<F>(scale_slot(0), rec, valid[e], e);
   }
   ptx::cp_async_commit();
-  // The split's indices in shared memory (-1 past its end), so that no tile waits on a global
-  // index load: loaded in registers a tile ahead, they stalled the loop's back edge (ptxas placed
-  // the loads late and moved the result into the loop-carried register there).
-  int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);
-  // Eight loads per thread in flight at once (a loop of one load per trip waits for each in turn).
-  constexpr int kIdxBatch = 8;
-  for (int i0 = 0; i0 < num_tiles * kTile; i0 += kIdxBatch * kThreads) {
+  store_index_batch(0, first_batch);
+  for (int i0 = kIdxBatch * kThreads; i0 < num_tiles * kTile; i0 += kIdxBatch * kThreads) {
     int32_t v[kIdxBatch];
-#pragma unroll
-    for (int k = 0; k < kIdxBatch; ++k) {
-      const int i = i0 + k * kThreads + tid;
-      v[k] = split_begin + i < split_end ? __ldg(row_indices + split_begin + i) : -1;
-    }
-#pragma unroll
-    for (int k = 0; k < kIdxBatch; ++k)
-      if (const int i = i0 + k * kThreads + tid; i < num_tiles * kTile) sIdx[i] = v[k];
+    load_index_batch(i0, v);
+    store_index_batch(i0, v);
   }
   auto staged_index_of = [&](int t, int e) -> int32_t { return t < num_tiles ? sIdx[pos_of(t, e) - split_begin] : -1; };
   // Q's chunk of dims 8c'..8c'+7 of one head lands as four BF16 pairs (q_stage_offset):
@@ -478,7 +488,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
     if (lane == 0) sVote[warp] = warp_moves;
     ptx::named_barrier_sync(bar_id, 128);
     trace.mark(t / kWarpgroups, 4);
-    if (sVote[0] | sVote[1] | sVote[2] | sVote[3]) {
+    const int4 votes = *reinterpret_cast<const int4*>(sVote);  // the warpgroup's four flags in one load
+    if (votes.x | votes.y | votes.z | votes.w) {
       // Rare (the first tiles): the warpgroup's maximum per head moves the references.
       float mx[4];
 #pragma unroll
