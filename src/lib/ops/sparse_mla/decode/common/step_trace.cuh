@@ -99,7 +99,8 @@ struct StepTrace {
 
 // Host, profiling builds: clears the buffers before a launch and prints them after: one line per
 // recorded step ("trace <role> row <r> step <i> <marks>"; `roles` names the kernel's role
-// indices), one steady-state line per traced CTA and role ("trace steady <role> row <r> steps <n>
+// indices; a role that recorded nothing, such as a kernel's unused third, prints nothing), one
+// steady-state line per traced CTA and role ("trace steady <role> row <r> steps <n>
 // period <clocks> phases <mark 0 to 1> <1 to 2> ...": step_summary.h), then one line on the
 // launch's CTAs ("trace ctas ..."): how long each ran and how long each SM sat idle between two of
 // its CTAs.
@@ -123,6 +124,7 @@ inline void print_step_traces(cudaStream_t stream, int rows, int ctas_launched, 
   for (int c = 0; c < step_trace::kCtas; ++c)
     for (int r = 0; r < step_trace::kRoles; ++r) {
       const long long* rec = host + (c * step_trace::kRoles + r) * step_trace::kRecord;
+      if (rec[0] < 0) continue;  // a role the kernel does not have
       const long long steps = std::min<long long>(rec[0], step_trace::kSteps);
       auto at = [&](long long i, int m) { return rec[1 + i * step_trace::kMarks + m]; };
       for (long long i = 0; i < steps; ++i) {

@@ -637,7 +637,7 @@ void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cu
   clear_step_traces(stream);
   sparse_decode_h16_sm90_kernel<F><<<decode_grid(rows, head_groups, p.splits), kThreads, H16WgSmem::total(split_entries), stream>>>(p);
   check_launch("sparse decode (16 heads, sm_90) kernel launch");
-  print_step_traces(stream, rows, rows * head_groups * p.splits, {"wg0", "wg1", "unused"});
+  print_step_traces(stream, rows, rows * head_groups * p.splits, {"wg0", "wg1", "none"});
 }
 
 }  // namespace nvfp4mla::cuda
