@@ -107,6 +107,25 @@ TEST(OffloadDiskTier, EvictsLeastRecentlyUsedWithinCapacity) {
   expect_error_containing([&] { tiny.put(key_of(0), out); }, "exceeds the disk tier capacity");
 }
 
+// A block replaced while the tier is full takes its own older file's place: nothing else is
+// evicted, whichever block is replaced (the oldest or not).
+TEST(OffloadDiskTier, ReplacingABlockAtCapacityEvictsNothingElse) {
+  ScratchDir dir;
+  const NamespaceParams p = small_params();
+  const uint64_t file = block_file_size(32, p.block_bytes());
+  DiskTier tier(dir.path(), p, {.capacity_bytes = 3 * file});
+  for (uint64_t i = 0; i < 3; ++i) tier.put(key_of(i), pattern_bytes(p.block_bytes(), i));
+  tier.put(key_of(1), pattern_bytes(p.block_bytes(), 11));  // not the oldest
+  tier.put(key_of(0), pattern_bytes(p.block_bytes(), 10));  // the oldest
+  std::vector<uint8_t> out(p.block_bytes());
+  for (const auto& [i, v] : std::vector<std::pair<uint64_t, uint64_t>>{{0, 10}, {1, 11}, {2, 2}}) {
+    ASSERT_TRUE(tier.get(key_of(i), out)) << "block " << i << " was evicted";
+    EXPECT_EQ(out, pattern_bytes(p.block_bytes(), v)) << "block " << i;
+  }
+  EXPECT_EQ(tier.stats().evictions, 0u);
+  EXPECT_EQ(tier.stats().bytes, 3 * file);
+}
+
 TEST(OffloadDiskTier, LruOrderSurvivesRestart) {
   ScratchDir dir;
   const NamespaceParams p = small_params();

@@ -56,6 +56,21 @@ TEST(OffloadDramTier, BudgetLruAndReplacement) {
   EXPECT_EQ(dram.stats().bytes, cost);  // only block 3 left
 }
 
+TEST(OffloadDramTier, PutIfAbsentNeverReplaces) {
+  DramTier dram(1000);
+  std::vector<uint8_t> out(10);
+  EXPECT_TRUE(dram.put_if_absent(key_of(0), pattern_bytes(10, 1)));
+  EXPECT_FALSE(dram.put_if_absent(key_of(0), pattern_bytes(10, 2)));
+  ASSERT_TRUE(dram.get(key_of(0), out));
+  EXPECT_EQ(out, pattern_bytes(10, 1));
+  EXPECT_FALSE(dram.put_if_absent(key_of(0), pattern_bytes(2000, 3)));  // too large: the stored block stays
+  ASSERT_TRUE(dram.get(key_of(0), out));
+  EXPECT_EQ(out, pattern_bytes(10, 1));
+  EXPECT_TRUE(dram.put(key_of(0), pattern_bytes(10, 4)));
+  ASSERT_TRUE(dram.get(key_of(0), out));
+  EXPECT_EQ(out, pattern_bytes(10, 4));
+}
+
 TEST(OffloadDramTier, ZeroBudgetDisablesTheTier) {
   DramTier dram(0);
   std::vector<uint8_t> out(10);

@@ -17,6 +17,7 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/offload/block_file.h"
 #include "nvfp4mla/offload/disk_tier.h"
+#include "nvfp4mla/offload/store.h"
 #include "support/offload_fixtures.h"
 
 using namespace nvfp4mla;
@@ -145,15 +146,17 @@ TEST(OffloadFaults, DiskFullIsAClearErrorAndLosesNothing) {
 TEST(OffloadFaults, FileSizeLimitIsAClearErrorAndLosesNothing) {
   ScratchDir dir;
   const NamespaceParams p = small_params(16, 1);
+  // A full tier: replacing block 0, the least recently used, must not evict it before the write.
+  const DiskTierOptions full{.capacity_bytes = 5 * block_file_size(32, p.block_bytes())};
   {
-    DiskTier tier(dir.path(), p);
+    DiskTier tier(dir.path(), p, full);
     for (uint64_t i = 0; i < 5; ++i) tier.put(key_of(i), pattern_bytes(p.block_bytes(), i));
   }
   const std::string r = run_in_child([&]() -> std::string {
     ::signal(SIGXFSZ, SIG_IGN);  // get EFBIG instead of the signal
     const rlimit limit{p.block_bytes() / 2, p.block_bytes() / 2};
     check(::setrlimit(RLIMIT_FSIZE, &limit) == 0, "setrlimit failed");
-    DiskTier tier(dir.path(), p);
+    DiskTier tier(dir.path(), p, full);
     const std::string e = error_of([&] { tier.put(key_of(0), pattern_bytes(p.block_bytes(), 77)); });
     check(contains(e, "File too large") && contains(e, "ulimit -f"), "unclear file-size error: '" + e + "'");
     check(files_under(tier.dir() / "tmp").empty(), "a temporary file was left behind");
@@ -161,9 +164,31 @@ TEST(OffloadFaults, FileSizeLimitIsAClearErrorAndLosesNothing) {
     return "";
   });
   EXPECT_EQ(r, "");
-  DiskTier tier(dir.path(), p);
+  DiskTier tier(dir.path(), p, full);
   EXPECT_EQ(tier.stats().quarantined_at_open, 0u);
   EXPECT_NO_THROW(check_blocks(tier, 5));
+}
+
+// The store's put fails as a whole: the new block reaches neither tier, and a get still
+// returns the older block, from DRAM and from disk alike.
+TEST(OffloadFaults, FailedStorePutLeavesBothTiersAsTheyWere) {
+  ScratchDir dir;
+  const NamespaceParams p = small_params(16, 1);
+  const std::string r = run_in_child([&]() -> std::string {
+    Store store(dir.path(), p, {.dram_capacity_bytes = 4 * (p.block_bytes() + 32)});
+    store.put(key_of(0), pattern_bytes(p.block_bytes(), 1));
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{p.block_bytes() / 2, p.block_bytes() / 2};
+    check(::setrlimit(RLIMIT_FSIZE, &limit) == 0, "setrlimit failed");
+    check(contains(error_of([&] { store.put(key_of(0), pattern_bytes(p.block_bytes(), 2)); }), "File too large"),
+          "the put did not fail");
+    std::vector<uint8_t> out(p.block_bytes());
+    check(store.get(key_of(0), out) && out == pattern_bytes(p.block_bytes(), 1), "get returned a block that never reached disk");
+    check(store.stats().dram.hits == 1, "the get did not come from DRAM");
+    check(store.disk().get(key_of(0), out) && out == pattern_bytes(p.block_bytes(), 1), "disk lost the older block");
+    return "";
+  });
+  EXPECT_EQ(r, "");
 }
 
 TEST(OffloadFaults, PermissionErrorsAreClearAndLoseNothing) {

@@ -76,9 +76,10 @@ class DiskTier {
   uint64_t block_bytes() const;  // payload bytes per block
 
   // Stores a block (block.size() == block_bytes()), replacing any block with the same key,
-  // evicting least-recently-used blocks to stay within capacity. Throws Error (disk full,
-  // permission, block larger than the capacity, ...) after removing its temporary file; blocks
-  // already stored, including an older block under the same key, are untouched by a failure.
+  // evicting least-recently-used blocks to stay within capacity (the older block under the same
+  // key is replaced, never evicted for room). Throws Error (disk full, permission, block larger
+  // than the capacity, ...) after removing its temporary file; the older block under the same key
+  // and every block not evicted for room are untouched by a failure.
   void put(ByteSpan key, ByteSpan block);
   // Reads a block into `out` (out.size() == block_bytes()). False on a miss; a defective file is
   // a miss too (counted, quarantined, `out` zeroed). Never returns a partially written block.

@@ -27,6 +27,9 @@ class DramTier {
   // Copies the block in; evicts least-recently-used blocks to fit. False when the block alone
   // exceeds the budget (nothing is stored then; an older block under the key is dropped).
   bool put(ByteSpan key, ByteSpan block);
+  // The same, but false and no change when a block is stored under the key already (a reader
+  // promoting what it read never replaces a newer block a writer put meanwhile).
+  bool put_if_absent(ByteSpan key, ByteSpan block);
   // Copies the block out and marks it most recently used. False on a miss or when out.size()
   // differs from the stored block's size.
   bool get(ByteSpan key, MutableByteSpan out);

@@ -2,8 +2,8 @@
 // The tiered KV offload store: a DRAM tier in front of a persistent disk tier, for one
 // namespace, with synchronous calls and batched asynchronous calls run on a thread pool.
 //
-// put: the block goes into DRAM, then to disk (write-through: it is durable when put returns or
-//      its batch item reports `stored`).
+// put: the block goes to disk, then into DRAM (write-through: it is durable when put returns or
+//      its batch item reports `stored`; a put that fails changes neither tier).
 // get: DRAM first; on a DRAM miss the disk tier, and a disk hit is promoted into DRAM.
 // Every block a get returns is complete and validated; a miss leaves `out` unspecified.
 #include <cstdint>

@@ -95,6 +95,9 @@ struct DiskTier::Impl {
   std::list<std::string> lru;                    // most recently used first
   uint64_t bytes = 0;                            // files in the index
   uint64_t reserved = 0;                         // puts between reservation and rename
+  // Keys with a put in flight: eviction passes over them, so that a failed replacement leaves
+  // the older block in place (its bytes count as freed only when the new file is renamed over it).
+  std::unordered_map<std::string, int> replacing;
   std::bitset<kFanout> fanout_ready;             // blocks/<xx> known to exist; guarded by mu
   DiskTierStats counters;
   int64_t last_access_ns = 0;
@@ -125,7 +128,7 @@ struct DiskTier::Impl {
   // --- index operations; caller holds mu ---
   void touch_locked(const std::string& key, int64_t access_ns, uint64_t file_bytes);
   void drop_locked(std::unordered_map<std::string, Entry>::iterator it);
-  // Deletes the least recently used block; false when there is none.
+  // Deletes the least recently used block that no put is replacing; false when there is none.
   bool evict_one_locked();
   // blocks/<xx> of `key`, opened for one operation without following a link (a descriptor
   // kept per fan-out directory would hold up to 256 per open namespace); empty when it does not
@@ -318,8 +321,10 @@ void DiskTier::Impl::drop_locked(std::unordered_map<std::string, Entry>::iterato
 }
 
 bool DiskTier::Impl::evict_one_locked() {
-  if (lru.empty()) return false;
-  auto it = index.find(lru.back());
+  auto victim = lru.rbegin();
+  while (victim != lru.rend() && replacing.count(*victim)) ++victim;
+  if (victim == lru.rend()) return false;
+  auto it = index.find(*victim);
   const ByteSpan key = as_bytes(it->first);
   const UniqueFd sub = open_fanout(key);
   if (sub && ::unlinkat(sub.get(), block_name(key).c_str(), 0) != 0 && errno != ENOENT)
@@ -479,14 +484,26 @@ void DiskTier::put(ByteSpan key, ByteSpan block) {
   if (file_bytes > m.options.capacity_bytes)
     throw Error("a block file of " + std::to_string(file_bytes) + " bytes exceeds the disk tier capacity of " +
                 std::to_string(m.options.capacity_bytes) + " bytes: raise the capacity");
+  const std::string k = as_key_string(key);
   {
     std::unique_lock lock(m.mu);
-    while (m.bytes + m.reserved + file_bytes > m.options.capacity_bytes) {
+    ++m.replacing[k];
+    // The older block under this key stays until the new file replaces it: its bytes count as
+    // free here, and eviction passes over it.
+    auto own_bytes = [&] {
+      const auto it = m.index.find(k);
+      return it == m.index.end() ? uint64_t{0} : it->second.file_bytes;
+    };
+    while (m.bytes - own_bytes() + m.reserved + file_bytes > m.options.capacity_bytes) {
       // Other puts hold the rest of the budget: wait until they land, then evict them.
       if (!m.evict_one_locked()) m.room_freed.wait(lock);
     }
     m.reserved += file_bytes;
   }
+  // Under mu: the put of `k` is over (landed or failed).
+  auto release_key_locked = [&] {
+    if (--m.replacing[k] == 0) m.replacing.erase(k);
+  };
   const std::string tmp_name = key_to_hex(key) + "." + std::to_string(m.tmp_counter.fetch_add(1)) + ".tmp";
   const fs::path tmp = m.tmp_dir / tmp_name;
   const std::string name = Impl::block_name(key);
@@ -496,7 +513,10 @@ void DiskTier::put(ByteSpan key, ByteSpan block) {
   auto fail = [&](const std::string& message) {
     if (created && !renamed) ::unlinkat(m.tmp_fd.get(), tmp_name.c_str(), 0);
     std::lock_guard lock(m.mu);
-    if (!renamed) m.reserved -= file_bytes;
+    if (!renamed) {
+      m.reserved -= file_bytes;
+      release_key_locked();
+    }
     ++m.counters.put_failures;
     m.room_freed.notify_all();
     throw Error(message);
@@ -533,7 +553,8 @@ void DiskTier::put(ByteSpan key, ByteSpan block) {
     if (::renameat(m.tmp_fd.get(), tmp_name.c_str(), sub_fd, name.c_str()) == 0) {
       renamed = true;
       m.reserved -= file_bytes;
-      m.touch_locked(as_key_string(key), access_ns, file_bytes);
+      release_key_locked();
+      m.touch_locked(k, access_ns, file_bytes);
       ++m.counters.puts;
       m.room_freed.notify_all();
     } else {

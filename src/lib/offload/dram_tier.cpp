@@ -27,6 +27,8 @@ struct DramTier::Impl {
   DramTierStats counters;
 
   static uint64_t cost(const std::string& key, const Block& block) { return key.size() + block->size(); }
+  // put (replace) and put_if_absent.
+  bool insert(ByteSpan key, ByteSpan block, bool replace);
   void drop_locked(std::unordered_map<std::string, Entry>::iterator it) {
     bytes -= cost(it->first, it->second.block);
     lru.erase(it->second.lru);
@@ -41,19 +43,25 @@ DramTier::DramTier(uint64_t capacity_bytes) : impl_(std::make_unique<Impl>()) {
 
 DramTier::~DramTier() = default;
 
-bool DramTier::put(ByteSpan key, ByteSpan block) {
-  Impl& m = *impl_;
+bool DramTier::put(ByteSpan key, ByteSpan block) { return impl_->insert(key, block, true); }
+bool DramTier::put_if_absent(ByteSpan key, ByteSpan block) { return impl_->insert(key, block, false); }
+
+bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, bool replace) {
+  Impl& m = *this;
   const std::string k = as_key_string(key);
   if (k.size() + block.size() > m.capacity) {
     std::lock_guard lock(m.mu);
-    if (auto it = m.index.find(k); it != m.index.end()) m.drop_locked(it);  // never serve the older block
+    if (auto it = m.index.find(k); it != m.index.end() && replace) m.drop_locked(it);  // never serve the older block
     ++m.counters.rejected;
     return false;
   }
   // Copy outside the lock; the block is published whole.
   auto copy = std::make_shared<const std::vector<uint8_t>>(block.begin(), block.end());
   std::lock_guard lock(m.mu);
-  if (auto it = m.index.find(k); it != m.index.end()) m.drop_locked(it);
+  if (auto it = m.index.find(k); it != m.index.end()) {
+    if (!replace) return false;
+    m.drop_locked(it);
+  }
   while (m.bytes + Impl::cost(k, copy) > m.capacity && !m.lru.empty()) {
     m.drop_locked(m.index.find(m.lru.back()));
     ++m.counters.evictions;

@@ -37,14 +37,16 @@ struct Store::Impl {
     if (block.size() != disk.block_bytes())
       throw Error("block is " + std::to_string(block.size()) + " bytes; blocks of this namespace are " +
                   std::to_string(disk.block_bytes()) + " bytes");
-    dram.put(key, block);
+    // Disk first: a failed write changes neither tier (DRAM never holds a block that is not
+    // on disk).
     disk.put(key, block);
+    dram.put(key, block);
   }
 
   bool get(ByteSpan key, MutableByteSpan out) {
     if (dram.get(key, out)) return true;
     if (!disk.get(key, out)) return false;
-    dram.put(key, out);  // promotion
+    dram.put_if_absent(key, out);  // promotion; a put that landed meanwhile wins
     return true;
   }
 
