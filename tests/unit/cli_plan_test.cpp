@@ -28,9 +28,18 @@ TEST(CliPlan, ScratchSeedExampleAndRoute) {
   const auto r = run_cli(dir, "plan route --mode auto --rope fp8 --spec-tokens 3 --max-query-len 4 --decode-rows 64 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["route"], "decode");  // NVFP4 is decode-qualified
-  const auto prefill = run_cli(dir, "plan route --mode auto --rope fp8 --spec-tokens 3 --max-query-len 9 --decode-rows 64 --json");
-  ASSERT_EQ(prefill.exit_code, 0) << prefill.err;
-  EXPECT_EQ(nlohmann::json::parse(prefill.out)["route"], "extend");  // longer than 1 + k: not a verifier batch
+  // Longer than 1 + k (within the kernel's 8 query tokens): not a verifier batch.
+  const auto not_verifier = run_cli(dir, "plan route --mode auto --rope fp8 --spec-tokens 3 --max-query-len 6 --decode-rows 64 --json");
+  ASSERT_EQ(not_verifier.exit_code, 0) << not_verifier.err;
+  const auto nv = nlohmann::json::parse(not_verifier.out);
+  EXPECT_EQ(nv["route"], "extend");
+  EXPECT_NE(nv["reason"].get<std::string>().find("exceeds 1 + speculative tokens"), std::string::npos) << nv["reason"];
+  // Over the kernel's limit of query tokens per request.
+  const auto too_long = run_cli(dir, "plan route --mode auto --rope fp8 --spec-tokens 3 --max-query-len 9 --decode-rows 64 --json");
+  ASSERT_EQ(too_long.exit_code, 0) << too_long.err;
+  const auto tl = nlohmann::json::parse(too_long.out);
+  EXPECT_EQ(tl["route"], "extend");
+  EXPECT_NE(tl["reason"].get<std::string>().find("9 query tokens (limit 8)"), std::string::npos) << tl["reason"];
   const auto env = run_cli(dir, "plan route --cache-dtype fp8_ds_mla --spec-tokens 3 --max-query-len 4 --decode-rows 64 --json",
                            "VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE=0");
   ASSERT_EQ(env.exit_code, 0) << env.err;

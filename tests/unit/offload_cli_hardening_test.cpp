@@ -101,7 +101,7 @@ TEST(OffloadCliHardening, GcWithAHugeLimitKeepsEverything) {
 }
 
 // Item 3: `store get --output X` wrote through a link planted at X.tmp.
-TEST(OffloadCliHardening, GetNeverWritesThroughALinkNextToTheOutput) {
+TEST(OffloadCliHardening, GetNeverWritesThroughALinkAtOrNextToTheOutput) {
   StoreFixture s;
   const fs::path secret = s.dir.path() / "secret";
   write_file(secret, {'k', 'e', 'e', 'p'});
@@ -112,6 +112,13 @@ TEST(OffloadCliHardening, GetNeverWritesThroughALinkNextToTheOutput) {
   EXPECT_FALSE(fs::is_symlink(s.dir.path() / "out"));
   EXPECT_EQ(read_file(s.dir.path() / "out"), s.block);
   EXPECT_TRUE(fs::is_symlink(s.dir.path() / "out.tmp"));  // not ours: left alone
+  // A link at the output path itself is replaced, never written through.
+  fs::create_symlink(secret, s.dir.path() / "linked");
+  const ChildResult linked = s.get("01", "linked");
+  ASSERT_EQ(linked.exit_code, 0) << linked.err;
+  EXPECT_EQ(read_file(secret), (std::vector<uint8_t>{'k', 'e', 'e', 'p'}));
+  EXPECT_FALSE(fs::is_symlink(s.dir.path() / "linked"));
+  EXPECT_EQ(read_file(s.dir.path() / "linked"), s.block);
 }
 
 // Item 9: a failed rename reported "Success" (errno overwritten by the clean-up).

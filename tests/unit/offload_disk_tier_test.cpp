@@ -259,31 +259,39 @@ TEST(OffloadDiskTier, VerifyReportsAndQuarantinesBadFiles) {
 TEST(OffloadDiskTier, OpenScanQuarantinesStraysAndRemovesTemporaries) {
   ScratchDir dir;
   const NamespaceParams p = small_params();
-  fs::path ns, truncated;
+  fs::path ns, truncated, misplaced;
   {
     DiskTier tier(dir.path(), p);
     for (uint64_t i = 0; i < 4; ++i) tier.put(key_of(i), pattern_bytes(p.block_bytes(), i));
     ns = tier.dir();
     truncated = block_path_of(tier, key_of(1));
+    misplaced = block_path_of(tier, key_of(3));
   }
   fs::resize_file(truncated, 10);
   write_file(ns / "tmp" / "abandoned.0.tmp", {1, 2, 3});
   write_file(ns / "blocks" / "stray", {1});
   write_file(truncated.parent_path() / "not-a-key.blk", {1});
-  // A valid file under a name whose fan-out directory is wrong cannot be found by key.
-  fs::create_directories(ns / "blocks" / "zz");
+  fs::create_directories(ns / "blocks" / "zz");  // not a fan-out directory name
+  // A valid block file in a fan-out directory other than its key's could not be found by key.
+  const fs::path other_fanout = ns / "blocks" / (misplaced.parent_path().filename() == "00" ? "01" : "00");
+  fs::create_directories(other_fanout);
+  fs::rename(misplaced, other_fanout / misplaced.filename());
   DiskTier tier(dir.path(), p);
   const auto s = tier.stats();
-  EXPECT_EQ(s.quarantined_at_open, 4u);  // truncated block, stray, not-a-key.blk, zz/
-  EXPECT_EQ(s.blocks, 3u);
+  EXPECT_EQ(s.quarantined_at_open, 5u);  // truncated block, stray, not-a-key.blk, zz/, the misplaced block
+  EXPECT_EQ(s.blocks, 2u);
   EXPECT_TRUE(files_under(ns / "tmp").empty());
   std::vector<uint8_t> out(p.block_bytes());
   EXPECT_FALSE(tier.get(key_of(1), out));
+  EXPECT_FALSE(tier.contains(key_of(3)));
   ASSERT_TRUE(tier.get(key_of(2), out));
   EXPECT_EQ(out, pattern_bytes(p.block_bytes(), 2));
+  std::ifstream log(ns / "quarantine" / "reasons.log");
+  const std::string reasons((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(reasons.find("file in the wrong fan-out directory"), std::string::npos) << reasons;
   const DiskUsage u = disk_usage(ns);
-  EXPECT_EQ(u.blocks, 3u);
-  EXPECT_EQ(u.quarantined, 3u);  // files; the zz directory is not a file
+  EXPECT_EQ(u.blocks, 2u);
+  EXPECT_EQ(u.quarantined, 4u);  // files; the zz directory is not a file
   EXPECT_EQ(u.temporaries, 0u);
   EXPECT_GT(u.newest_access_ns, 0);
   EXPECT_LE(u.oldest_access_ns, u.newest_access_ns);

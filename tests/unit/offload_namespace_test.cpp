@@ -107,8 +107,13 @@ TEST(OffloadNamespace, DigestCoversEveryField) {
   vary([](NamespaceParams& p) { p.parallel = {.tp_rank = 1, .tp_size = 2}; });
   vary([](NamespaceParams& p) { p.parallel.dcp_size = 4; });
   vary([](NamespaceParams& p) { p.parallel = {.dcp_rank = 3, .dcp_size = 4}; });
-  // Length prefixes keep field boundaries: moving a character between fields changes the digest.
   vary([](NamespaceParams& p) { p.model_identity = "test-mode"; });
+  // Length prefixes keep field boundaries: a digit moved from one field into the next (64 | 78
+  // -> 6 | 478, the same characters in a row) changes the digest.
+  vary([](NamespaceParams& p) {
+    p.tokens_per_block = 6;
+    p.layers_in_block = 478;
+  });
   std::set<std::string> digests{to_hex(namespace_digest(base))};
   for (const auto& v : variants) {
     v.validate();

@@ -78,7 +78,16 @@ TEST(Route, DecodeNeedsAPureVerifierBatchWithinLimits) {
   auto too_long = b;
   too_long.num_speculative_tokens = 9;
   too_long.max_query_len = 10;
-  EXPECT_EQ(decide_route(SpecDecodeMode::on, CacheDtype::fp8_ds_mla, too_long).route, Route::extend);
+  const auto long_route = decide_route(SpecDecodeMode::on, CacheDtype::fp8_ds_mla, too_long);
+  EXPECT_EQ(long_route.route, Route::extend);
+  EXPECT_NE(long_route.reason.find("10 query tokens (limit 8)"), std::string::npos) << long_route.reason;
+  // Within the kernel's limit but longer than 1 + k: not a verifier batch.
+  auto not_verifier = b;
+  not_verifier.max_query_len = 1 + b.num_speculative_tokens + 1;
+  ASSERT_LE(not_verifier.max_query_len, not_verifier.max_q_per_request);
+  const auto nv = decide_route(SpecDecodeMode::on, CacheDtype::nvfp4_ds_mla, not_verifier);
+  EXPECT_EQ(nv.route, Route::extend);
+  EXPECT_NE(nv.reason.find("exceeds 1 + speculative tokens"), std::string::npos) << nv.reason;
   auto over_budget = b;
   over_budget.decode_rows = 65;
   const auto d = decide_route(SpecDecodeMode::automatic, CacheDtype::fp8_ds_mla, over_budget);
