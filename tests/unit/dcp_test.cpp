@@ -117,7 +117,7 @@ TEST(DcpPlacement, GlobalPositionsOfARank) {
   dcp_global_positions(p, 2, pos.data(), int64_t(pos.size()));
   for (size_t i = 0; i < pos.size(); ++i) EXPECT_EQ(pos[i], dcp_global_position(p, 2, int64_t(i)));
   std::vector<int32_t> one(1, 7);  // rank 63's first position is 63 * 2^26 > 2^31-1
-  expect_error_naming([&] { dcp_global_positions({64, 1 << 26}, 63, one.data(), 1); }, "out");
+  expect_error_naming([&] { dcp_global_positions({64, 1 << 26}, 63, one.data(), 1); }, "out holds int32 global positions");
   EXPECT_EQ(one[0], 7);
 }
 
@@ -305,7 +305,7 @@ TEST(DcpMerge, BadArgumentsNameTheArgument) {
   expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.heads = -1; }); }, "heads");
   expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_out = nullptr; }); }, "partial_out");
   expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_lse = nullptr; }); }, "partial_lse");
-  expect_error_naming([&] { run([](DcpMergeArgs&, DcpMergeOutputs& o) { o.out = nullptr; }); }, "out");
+  expect_error_naming([&] { run([](DcpMergeArgs&, DcpMergeOutputs& o) { o.out = nullptr; }); }, "merge: out is null");
   expect_error_naming([&] {
     run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_out = static_cast<const char*>(a.partial_out) + 4; });
   }, "partial_out");

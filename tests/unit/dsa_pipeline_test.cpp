@@ -133,15 +133,49 @@ TEST(DsaPipeline, StepWritesOnlyTheNewTokensAndTheyAreAttended) {
     changed += differs;
   }
   EXPECT_EQ(changed, static_cast<int64_t>(p.slots.size()) - 2);  // the two padded slots write nothing
-  // Row b * next_n + i attends causal length min(k, context - next_n + i + 1): the last row of
-  // each request includes its own new token's slot whenever it is selected.
-  for (size_t b = 0; b < p.shape.context_lens.size(); ++b)
+  // Row b * next_n + i attends causal length min(k, context - next_n + i + 1) (every logit here is
+  // finite, the new tokens' included, so the selection is full). A request's last row with a
+  // context of at most k selects every position, and its last entries are the step's new tokens,
+  // at the slots the step wrote.
+  const int k = p.shape.k;
+  size_t new_begin = 0;  // the request's new tokens in p.slots
+  for (size_t b = 0; b < p.shape.context_lens.size(); ++b) {
+    const int64_t context = p.shape.context_lens[b];
     for (int i = 0; i < p.shape.next_n; ++i) {
       const int64_t r = int64_t(b) * p.shape.next_n + i;
-      const int64_t len = std::max<int64_t>(0, p.shape.context_lens[b] - p.shape.next_n + i + 1);
-      EXPECT_LE(got.length[r], std::min<int64_t>(len, p.shape.k)) << "row " << r;
+      const int64_t len = std::max<int64_t>(0, context - p.shape.next_n + i + 1);
+      EXPECT_EQ(got.length[r], std::min<int64_t>(len, k)) << "row " << r;
       if (len == 0) EXPECT_EQ(got.lse[r * p.shape.heads], -std::numeric_limits<float>::infinity());
     }
+    const size_t new_count = static_cast<size_t>(std::min<int64_t>(context, p.shape.next_n));
+    if (context > 0 && context <= k) {
+      const int64_t last = (int64_t(b) + 1) * p.shape.next_n - 1;
+      const std::vector<int32_t> tail(got.indices.begin() + last * k + (context - int64_t(new_count)), got.indices.begin() + last * k + context);
+      const std::vector<int32_t> written(p.slots.begin() + new_begin, p.slots.begin() + new_begin + new_count);
+      EXPECT_EQ(tail, written) << "request " << b;
+    }
+    new_begin += new_count;
+  }
+}
+
+// The selection reads only the index cache and the indexer's inputs: the same step over caches
+// of different record formats selects the same entries.
+TEST(DsaPipeline, SelectionDoesNotDependOnTheRecordFormat) {
+  HostOutputs first(0, 0, 0);
+  bool have_first = false;
+  for (const RecordSpec& spec : kAllRecordSpecs) {
+    const DsaProblem p = dsa_problem(small_shape(spec, 17));  // the same seed: the same index data
+    std::vector<uint8_t> latent = p.latent, index = p.index;
+    HostOutputs got(p.rows(), p.shape.heads, p.shape.k);
+    dsa_decode_reference(p.args(latent.data(), index.data()), 0, got.outputs());
+    if (!have_first) {
+      first = got;
+      have_first = true;
+      continue;
+    }
+    EXPECT_EQ(got.indices, first.indices) << to_string(spec);
+    EXPECT_EQ(got.length, first.length) << to_string(spec);
+  }
 }
 
 TEST(DsaPipeline, PlannerSharesOneWorkspaceBetweenSelectionAndDecode) {

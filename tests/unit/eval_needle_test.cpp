@@ -48,18 +48,23 @@ TEST(EvalNeedle, DynamicNeverLosesANeedleThatBf16KeepsOnTheDefaultGrid) {
   EXPECT_GT(implicit.needles_lost_where_reference_kept, 0);
 }
 
-TEST(EvalNeedle, ReferenceMassRatioIsOneAndCellsAreConsistent) {
+// Each cell's mass ratio is its needle mass over the same cell's mass in the bf16 reference
+// (the same layer, length and depth), and masses are probabilities.
+TEST(EvalNeedle, MassRatiosAreAgainstTheSameBf16Cell) {
   const EvalReport& r = nvfp4mla::testing::small_eval_report();
-  for (const NeedleGrid& g : mode_of(r, "bf16_1152").needle)
-    for (const NeedleCell& c : g.cells) {
-      EXPECT_EQ(c.mass_ratio, 1.0);
-      EXPECT_GT(c.mass, 0.0);
-    }
-  for (const ModeResult& m : r.modes)
-    for (const NeedleGrid& g : m.needle)
-      for (const NeedleCell& c : g.cells) {
-        EXPECT_EQ(c.kept, c.margin > 0.0);
-        EXPECT_GE(c.mass, 0.0);
-        EXPECT_LE(c.mass, 1.0);
+  const ModeResult& bf16 = mode_of(r, "bf16_1152");
+  for (const ModeResult& m : r.modes) {
+    ASSERT_EQ(m.needle.size(), bf16.needle.size()) << m.mode.key;
+    for (size_t g = 0; g < m.needle.size(); ++g) {
+      ASSERT_EQ(m.needle[g].cells.size(), bf16.needle[g].cells.size()) << m.mode.key;
+      for (size_t c = 0; c < m.needle[g].cells.size(); ++c) {
+        const NeedleCell& cell = m.needle[g].cells[c];
+        const double reference = bf16.needle[g].cells[c].mass;
+        ASSERT_GT(reference, 0.0) << "grid " << g << " cell " << c;
+        EXPECT_DOUBLE_EQ(cell.mass_ratio, cell.mass / reference) << m.mode.key << " grid " << g << " cell " << c;
+        EXPECT_GE(cell.mass, 0.0);
+        EXPECT_LE(cell.mass, 1.0);
       }
+    }
+  }
 }

@@ -364,6 +364,14 @@ TEST(FastEncode, RopeFp8PairMatchesTheRecipe) {
       if (fe::rope_fp8_pair(r0, r1, rs) != want && bad++ < 5)
         ADD_FAILURE() << "r0=" << r0 << " r1=" << r1 << " rs=" << rs << std::hex << " want " << want;
     }
+    // Each value beside a zero as well: the only pairs within a zero maximum (a zero RoPE scale).
+    for (uint32_t h = 0; h < 0x10000u; ++h) {
+      const float r = nr::sanitize(nc::bf16_decode(static_cast<uint16_t>(h)));
+      if (!(std::fabs(r) <= amax)) continue;
+      const uint32_t want = nr::rope_fp8_byte(r, rs) | (uint32_t(nr::rope_fp8_byte(0.0f, rs)) << 8);
+      if (fe::rope_fp8_pair(r, 0.0f, rs) != want && bad++ < 5)
+        ADD_FAILURE() << "r=" << r << " beside 0, rs=" << rs << std::hex << " want " << want;
+    }
   }
   EXPECT_EQ(fe::rope_fp8_pair(-0.0f, 0.0f, 1.0f), 0x0080u);  // -0 keeps its sign bit
   EXPECT_EQ(bad, 0u);

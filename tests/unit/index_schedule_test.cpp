@@ -1,8 +1,9 @@
 // The indexer logits kernel's bookkeeping (ops/indexer/indexer_schedule.h), run on the CPU:
-// over every chunk of a row every output column is written exactly once (a logit or -inf); the
-// two warpgroups' tiles cover every needed key exactly once, in increasing order, and no tile is
-// wholly unneeded; operand pieces map one-to-one onto the 128-byte-swizzled layout, a quarter
-// warp's pieces in eight different bank groups.
+// over every chunk of a row every output column is written exactly once (a logit of the right
+// key below the row's length, -inf past it); the two warpgroups' tiles cover every needed key
+// exactly once, in increasing order, and no tile is wholly unneeded; operand pieces map
+// one-to-one onto the 128-byte-swizzled layout, a quarter warp's pieces in eight different bank
+// groups.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,16 +23,21 @@ struct Row {
   int64_t start, len;
 };
 
-// Runs one block (rows `rows`, chunk [c0, c1)) and records, per row, the columns given a logit.
+struct Writes {
+  std::vector<std::vector<int>> logits, tails;  // [row][column]
+};
+
+// Runs one block (rows `rows`, chunk [c0, c1)) and counts, per row and column, the logits and
+// the -inf tail values written there; a logit's key must be the row's start + column.
 // kStep, kWalkers: the tile walk of the two-warpgroup kernel (64-key tiles, two walkers) or the
 // warp-specialized one (kWsBlockKeys-key blocks, one walk).
 template <int kRows, int kStep = kTileKeys, int kWalkers = kGroups>
-void run_block(const std::vector<Row>& rows, int64_t c0, int64_t c1, int64_t stride, std::vector<std::vector<int>>& writes) {
+void run_block(const std::vector<Row>& rows, int64_t c0, int64_t c1, int64_t stride, Writes& writes) {
   RowRange rr[kRows];
   for (int r = 0; r < kRows; ++r)
     rr[r] = r < static_cast<int>(rows.size()) ? row_range(rows[r].start, rows[r].len, c0, c1, r, stride) : RowRange{0, 0, 0};
   for (size_t r = 0; r < rows.size(); ++r)
-    for (int64_t j = first_tail_column(rr[r], c0); j < c1; ++j) ++writes[r][j];  // -inf tail
+    for (int64_t j = first_tail_column(rr[r], c0); j < c1; ++j) ++writes.tails[r][j];
   const Span span = span_of<kRows>(rr);
   if (span.lo >= span.hi) return;
   const TileWalk<kRows, kStep, kWalkers> walk{rr, span};
@@ -49,7 +55,8 @@ void run_block(const std::vector<Row>& rows, int64_t c0, int64_t c1, int64_t str
           const int64_t col = rr[r].out_off + key - int64_t(r) * stride;  // out_off + key = row * stride + column
           ASSERT_GE(col, c0);
           ASSERT_LT(col, c1);
-          ++writes[r][col];
+          ASSERT_EQ(key, rows[r].start + col) << "row " << r << " column " << col << " scored the wrong key";
+          ++writes.logits[r][col];
         }
     ASSERT_TRUE(needed) << "tile at " << k << " holds no needed key";
   }
@@ -69,10 +76,15 @@ void random_blocks(uint64_t seed, bool same_start) {
       const int64_t start = same_start ? shared_start : std::uniform_int_distribution<int64_t>(0, 5000)(rng);
       rows.push_back({start, trial % 7 == 0 ? stride - (r % 2) : len});
     }
-    std::vector<std::vector<int>> writes(nrows, std::vector<int>(stride, 0));
+    Writes writes{std::vector<std::vector<int>>(nrows, std::vector<int>(stride, 0)), std::vector<std::vector<int>>(nrows, std::vector<int>(stride, 0))};
     for (int64_t c0 = 0; c0 < stride; c0 += chunk) run_block<kRows, kStep, kWalkers>(rows, c0, std::min(c0 + chunk, stride), stride, writes);
     for (int r = 0; r < nrows; ++r)
-      for (int64_t j = 0; j < stride; ++j) ASSERT_EQ(writes[r][j], 1) << "trial " << trial << " row " << r << " column " << j;
+      for (int64_t j = 0; j < stride; ++j) {
+        // Columns below the row's length get exactly one logit, the rest exactly one -inf.
+        const bool key_column = j < rows[r].len;
+        ASSERT_EQ(writes.logits[r][j], key_column ? 1 : 0) << "trial " << trial << " row " << r << " column " << j;
+        ASSERT_EQ(writes.tails[r][j], key_column ? 0 : 1) << "trial " << trial << " row " << r << " column " << j;
+      }
   }
 }
 

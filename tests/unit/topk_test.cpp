@@ -66,7 +66,7 @@ TEST(TopkReference, LengthsAndPadding) {
   EXPECT_EQ(r.length, (std::vector<int32_t>{0, 3, 2}));
   EXPECT_EQ(std::vector<int32_t>(r.indices.begin(), r.indices.begin() + 3), (std::vector<int32_t>{-1, -1, -1}));
   EXPECT_EQ(r.indices[8], -1);
-  for (int i = 3; i < 5; ++i) EXPECT_LT(r.indices[i], 4);  // entry 4 of row 1 is NaN
+  for (int i = 3; i < 6; ++i) EXPECT_LT(r.indices[i], 4);  // entry 4 of row 1 is NaN: in none of its 3 slots
 }
 
 TEST(TopkReference, EqualsSortedPrefixOnRandomRows) {

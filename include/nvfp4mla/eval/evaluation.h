@@ -155,9 +155,10 @@ struct SelectionStats {
   double same_logits_newest_shift = 0.0;
 };
 
-// The DCP mapping check: token i on rank (i / interleave) % ranks at local position
-// (i / (interleave ranks)) interleave + i % interleave; bijective when every position maps back
-// to itself and each rank's local positions are exactly 0..count-1.
+// The DCP mapping check, through the library's placement (dcp.h: dcp_locate,
+// dcp_global_position, dcp_local_length): bijective when every position maps back to itself and
+// each rank's local positions are exactly 0..dcp_local_length - 1. Throws Error for a placement
+// the library rejects.
 struct DcpMappingCheck {
   int64_t positions = 0;
   int ranks = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nvfp4mla/dsa_pipeline.h"
+#include "nvfp4mla/dcp.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/dsa_workload.h"
 #include "nvfp4mla/eval/dump.h"
@@ -34,19 +35,24 @@
 namespace nvfp4mla::eval {
 
 DcpMappingCheck check_dcp_mapping(int64_t positions, int ranks, int interleave) {
-  if (positions < 0 || ranks < 1 || interleave < 1) throw Error("DCP mapping check: positions >= 0, ranks and interleave >= 1");
+  if (positions < 0) throw Error("DCP mapping check: positions must be >= 0");
+  const DcpPlacement p{ranks, interleave};
+  validate_dcp_placement(p);  // the library's rules: ranks >= 1, interleave a power of two
   DcpMappingCheck c{positions, ranks, interleave, false};
-  const int64_t n = ranks, w = interleave;
+  // Through the library's placement: every position's (rank, local) maps back to it, and each
+  // rank's local positions come out as 0, 1, 2, ... (dense, no repeats), as many as
+  // dcp_local_length says.
   std::vector<int64_t> next(static_cast<size_t>(ranks), 0);
   for (int64_t i = 0; i < positions; ++i) {
-    const int64_t rank = (i / w) % n;
-    const int64_t local = (i / (w * n)) * w + i % w;
-    const int64_t global = (local / w) * w * n + rank * w + local % w;
-    // Each rank's local positions must come out as 0, 1, 2, ... (dense, no repeats) and map back.
-    if (global != i || local != next[static_cast<size_t>(rank)]) return c;
-    ++next[static_cast<size_t>(rank)];
+    const DcpLocation at = dcp_locate(p, i);
+    if (at.rank < 0 || at.rank >= ranks || at.local != next[static_cast<size_t>(at.rank)] ||
+        dcp_global_position(p, at.rank, at.local) != i)
+      return c;
+    ++next[static_cast<size_t>(at.rank)];
   }
-  c.bijective = std::accumulate(next.begin(), next.end(), int64_t(0)) == positions;
+  for (int rank = 0; rank < ranks; ++rank)
+    if (dcp_local_length(p, rank, positions) != next[static_cast<size_t>(rank)]) return c;
+  c.bijective = true;
   return c;
 }
 

@@ -66,7 +66,8 @@ void dcp_global_positions(const DcpPlacement& p, int rank, int32_t* out, int64_t
   if (n == 0) return;
   const int64_t last = dcp_global_position(p, rank, n - 1);
   if (last > INT32_MAX)
-    throw Error("dcp: out of " + str(n) + " local positions: the last global position " + str(last) + " exceeds 2^31-1");
+    throw Error("dcp: out holds int32 global positions, but rank " + str(rank) + "'s local position " + str(n - 1) +
+                " is global position " + str(last) + ", which exceeds 2^31-1");
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(dcp_global_position(p, rank, i));
 }
 
