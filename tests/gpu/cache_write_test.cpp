@@ -314,14 +314,27 @@ TEST(GpuRecordCopy, GatherAndScatterRoundTrip) {
       ASSERT_EQ(got[i * rb + b], valid ? cache[slots[i] * rb + b] : 0) << "entry " << i << " byte " << b;
   }
   EXPECT_EQ(d_err.download()[0], static_cast<unsigned long long>(bad));
-  // Scatter the gathered records into a fresh cache: every valid slot gets its bytes back.
+  // Scatter the gathered records into a poisoned cache, the entries without a valid slot
+  // poisoned differently: every valid slot gets its bytes back, and no other slot is written.
+  std::vector<uint8_t> source = got;
+  std::vector<bool> written(capacity, false);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool valid = slots[i] >= 0 && slots[i] < capacity;
+    if (valid) written[slots[i]] = true;
+    else std::fill(&source[i * rb], &source[(i + 1) * rb], uint8_t{0x5A});
+  }
+  d_dst.upload(source);
   DeviceBuffer<uint8_t> d_cache2(capacity * rb);
-  d_cache2.fill_bytes(0);
+  d_cache2.fill_bytes(0xA5);
   cuda::scatter_records(rb, d_dst.get(), d_slots.get(), n, d_cache2.get(), capacity, d_err.get(), nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto back = d_cache2.download();
-  for (int64_t i = 0; i < n; ++i)
-    if (slots[i] >= 0 && slots[i] < capacity)
-      ASSERT_EQ(std::memcmp(&back[slots[i] * rb], &cache[slots[i] * rb], rb), 0) << i;
+  for (int64_t s = 0; s < capacity; ++s) {
+    if (written[s]) {
+      ASSERT_EQ(std::memcmp(&back[s * rb], &cache[s * rb], rb), 0) << "slot " << s;
+    } else {
+      for (int b = 0; b < rb; ++b) ASSERT_EQ(back[s * rb + b], 0xA5) << "slot " << s << " was written";
+    }
+  }
   EXPECT_EQ(d_err.download()[0], static_cast<unsigned long long>(2 * bad));
 }

@@ -15,6 +15,7 @@
 #include "nvfp4mla/cuda/dcp_comm.h"
 #include "nvfp4mla/error.h"
 #include "gpu/dcp_support.h"
+#include "support/expect_error.h"
 
 using namespace nvfp4mla;
 using nvfp4mla::testing::DeviceBuffer;
@@ -154,12 +155,14 @@ TEST(GpuDcpComm, BadArgumentsThrow) {
   EXPECT_THROW(cuda::InProcessDcpCommunicator(0), Error);
   EXPECT_THROW(cuda::InProcessDcpCommunicator(65), Error);
   cuda::InProcessDcpCommunicator comm(2);
-  DeviceBuffer<uint8_t> a(8), b(16);
+  DeviceBuffer<uint8_t> a(8), a2(8), b(16);
   const void* send[] = {a.get(), nullptr};
   void* recv[] = {b.get(), b.get()};
   cudaStream_t s[] = {nullptr, nullptr};
-  EXPECT_THROW(comm.all_gather(send, recv, 8, s), Error);
-  EXPECT_THROW(comm.all_gather(send, recv, 8, nullptr), Error);
+  nt::expect_error_containing([&] { comm.all_gather(send, recv, 8, s); }, "a buffer of local rank 1 is null");
+  // Every buffer set: the missing stream array is the only fault.
+  const void* send_ok[] = {a.get(), a2.get()};
+  nt::expect_error_containing([&] { comm.all_gather(send_ok, recv, 8, nullptr); }, "the per-rank arrays (buffers and streams) are required");
   comm.all_gather(nullptr, nullptr, 0, nullptr);  // nothing to move
 }
 

@@ -19,6 +19,7 @@
 #include "nvfp4mla/error.h"
 #include "support/dcp_data.h"
 #include "support/topk_data.h"
+#include "support/expect_error.h"
 
 using namespace nvfp4mla;
 using nvfp4mla::testing::DeviceBuffer;
@@ -288,9 +289,11 @@ TEST(GpuDcpSelection, BadCandidateLengthsAreCounted) {
   nt::TopkResult want(3, 32);
   dcp_merge_topk_reference(dropped.args(32), want.outputs());
   EXPECT_TRUE(got == want);
-  // Host-visible errors throw before anything runs.
+  // Host-visible errors throw before anything runs: k past k_rank, by its own check (the null
+  // workspace and outputs here would be rejected after it).
   DcpTopkMergeArgs a = cand.args(33);
-  EXPECT_THROW(cuda::dcp_merge_topk(a, plan_topk(3, 128, cuda::current_sm_count()), nullptr, 0, {}, nullptr, nullptr), Error);
+  nt::expect_error_containing([&] { cuda::dcp_merge_topk(a, plan_topk(3, 128, cuda::current_sm_count()), nullptr, 0, {}, nullptr, nullptr); },
+                              "k must be in 1..k_rank");
 }
 
 // ---- mappings ----

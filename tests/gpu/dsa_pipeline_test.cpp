@@ -118,8 +118,7 @@ void expect_equal_to_reference(const DsaProblem& p, const DeviceStep& d, const D
   std::vector<uint8_t> latent = h.latent, index = h.index;
   const DsaDecodeArgs a = host.args(latent.data(), index.data());
   const SparseMlaArgs sa = dsa_attention_args(a, h.indices.data(), h.length.data());
-  const auto bounds = nvfp4mla::testing::oracle::attention(
-      a.spec, sa, {.bf16_operands = bf16_k, .bounds = true, .split_entries = nvfp4mla::testing::plan_split_entries(plan.decode)});
+  const auto bounds = nvfp4mla::testing::oracle::attention(a.spec, sa, nvfp4mla::testing::plan_bound_options(plan.decode, bf16_k));
   const auto out_bits = d.out.download();
   std::vector<float> got(out_bits.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = codec::bf16_decode(out_bits[i]);

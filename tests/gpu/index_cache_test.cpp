@@ -158,17 +158,6 @@ TEST(IndexCacheGpu, OutOfRangeSlotWritesNothing) {
   const auto got = d_cache.download();
   EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](uint8_t b) { return b == kPoison; }));
 
-  // Gathers: a negative or out-of-range slot is an error too; the output stays as it was.
-  std::vector<int64_t> bad = {0, 5, -1, 7};
-  DeviceBuffer<int64_t> d_bad(bad);
-  DeviceBuffer<uint8_t> d_rec(4 * 132);
-  d_rec.fill_bytes(kPoison);
-  cuda::gather_index_records(a.cache, d_bad.get(), 4, d_rec.get(), d_invalid.get(), nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_EQ(d_invalid.download()[0], 1u);
-  const auto rec = d_rec.download();
-  EXPECT_TRUE(std::all_of(rec.begin(), rec.end(), [](uint8_t b) { return b == kPoison; }));
-
   // A later good call clears the count and writes.
   slots[123] = 123;
   slots[400] = 400;
@@ -179,6 +168,19 @@ TEST(IndexCacheGpu, OutOfRangeSlotWritesNothing) {
   std::vector<uint8_t> expect(pages * page_size * 132, kPoison);
   write_index_cache(keys.data(), n, slots, IndexCacheView{expect.data(), pages, page_size});
   EXPECT_EQ(d_cache.download(), expect);
+
+  // Gathers from the written cache: a negative or out-of-range slot is an error too, counted,
+  // and the call writes nothing at all, not even the valid slots' records.
+  const uint8_t kOutPoison = 0x3C;
+  std::vector<int64_t> bad = {0, 5, -1, pages * page_size};
+  DeviceBuffer<int64_t> d_bad(bad);
+  DeviceBuffer<uint8_t> d_rec(4 * 132);
+  d_rec.fill_bytes(kOutPoison);
+  cuda::gather_index_records(a.cache, d_bad.get(), 4, d_rec.get(), d_invalid.get(), nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(d_invalid.download()[0], 2u);
+  const auto rec = d_rec.download();
+  EXPECT_TRUE(std::all_of(rec.begin(), rec.end(), [&](uint8_t b) { return b == kOutPoison; }));
 }
 
 TEST(IndexCacheGpu, HostErrors) {

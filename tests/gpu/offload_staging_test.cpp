@@ -66,14 +66,30 @@ TEST(GpuOffloadStaging, GatherAndScatterMatchTheHostStager) {
     stager->synchronize();
     EXPECT_EQ(std::memcmp(pinned.p, expect.data(), bytes), 0);
 
-    // Scatter into zeroed caches: every non-padding slot gets its record back.
-    for (auto& c : dev_caches) c.fill_bytes(0);
+    // Scatter into poisoned caches, the padding entries' staged records poisoned differently
+    // (block b, layer l, token t at ((b layers + l) tokens_per_block + t) records): every
+    // non-padding slot gets its record back, and no other slot is written.
+    std::vector<bool> written(capacity, false);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i] >= 0) {
+        written[slots[i]] = true;
+        continue;
+      }
+      const size_t b = i / tokens_per_block, t = i % tokens_per_block;
+      for (int l = 0; l < layers; ++l) std::memset(pinned.p + ((b * layers + l) * tokens_per_block + t) * rb, 0x5A, rb);
+    }
+    for (auto& c : dev_caches) c.fill_bytes(0xA5);
     stager->scatter({dev_views, slots, tokens_per_block, pinned.span()});
     stager->synchronize();
     for (int l = 0; l < layers; ++l) {
       const auto back = dev_caches[l].download();
-      for (int64_t s : slots)
-        if (s >= 0) ASSERT_EQ(std::memcmp(&back[s * rb], &host_caches[l][s * rb], rb), 0) << "layer " << l << " slot " << s;
+      for (int64_t s = 0; s < capacity; ++s) {
+        if (written[s]) {
+          ASSERT_EQ(std::memcmp(&back[s * rb], &host_caches[l][s * rb], rb), 0) << "layer " << l << " slot " << s;
+        } else {
+          for (int k = 0; k < rb; ++k) ASSERT_EQ(back[s * rb + k], 0xA5) << "layer " << l << " slot " << s << " was written";
+        }
+      }
     }
     // Bad requests fail before any copy: a pageable host buffer, a slot beyond capacity.
     std::vector<uint8_t> pageable(bytes);

@@ -196,5 +196,8 @@ TEST(GpuSparseExtendStaged, SanitizerSized) {
         const Outputs staged = run_extend(p, true), direct = run_extend(p, false);
         for (size_t i = 0; i < staged.out.size(); ++i) ASSERT_TRUE(std::isfinite(codec::bf16_decode(staged.out[i]))) << i;
         if (spec.dtype != CacheDtype::bf16) EXPECT_EQ(staged.out, direct.out);
+        // Every format (the bf16 copies included) against the CPU reference on its kernel's operands.
+        const DecodePlan staged_plan = cuda::plan_extend_staged(p.rows, heads, p.topk, current_device_arch());
+        EXPECT_EQ(nvfp4mla::testing::compare_plan_with_reference(spec, p.host_args(), staged_plan, staged.out, staged.lse).failures, 0);
       }
 }

@@ -14,6 +14,7 @@
 #include "nvfp4mla/config.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/offload/namespace.h"
+#include "support/expect_error.h"
 
 namespace nvfp4mla::testing {
 
@@ -84,17 +85,6 @@ inline std::vector<std::filesystem::path> files_under(const std::filesystem::pat
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
     if (e.is_regular_file() && (suffix.empty() || e.path().string().ends_with(suffix))) out.push_back(e.path());
   return out;
-}
-
-// Expects `f` to throw nvfp4mla::Error whose message contains `needle`.
-template <class F>
-void expect_error_containing(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an Error mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace nvfp4mla::testing

@@ -20,28 +20,19 @@
 #include "nvfp4mla/codec.h"
 #include "support/attention_problem.h"
 #include "support/dcp_data.h"
+#include "support/expect_error.h"
 #include "nvfp4mla/testing/random_tokens.h"
 #include "nvfp4mla/record.h"
 #include "support/topk_data.h"
 
 using namespace nvfp4mla;
+using nvfp4mla::testing::expect_error_containing;
 namespace nt = nvfp4mla::testing;
 
 namespace {
 
 constexpr int kRanks[] = {2, 4, 8};
 constexpr int kInterleaves[] = {1, 16, 64};
-
-// Expects `f` to throw Error whose message names `what`.
-template <class F>
-void expect_error_naming(F f, const std::string& what) {
-  try {
-    f();
-    ADD_FAILURE() << "no Error for " << what;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
 
 }  // namespace
 
@@ -117,7 +108,7 @@ TEST(DcpPlacement, GlobalPositionsOfARank) {
   dcp_global_positions(p, 2, pos.data(), int64_t(pos.size()));
   for (size_t i = 0; i < pos.size(); ++i) EXPECT_EQ(pos[i], dcp_global_position(p, 2, int64_t(i)));
   std::vector<int32_t> one(1, 7);  // rank 63's first position is 63 * 2^26 > 2^31-1
-  expect_error_naming([&] { dcp_global_positions({64, 1 << 26}, 63, one.data(), 1); }, "out holds int32 global positions");
+  expect_error_containing([&] { dcp_global_positions({64, 1 << 26}, 63, one.data(), 1); }, "out holds int32 global positions");
   EXPECT_EQ(one[0], 7);
 }
 
@@ -156,23 +147,23 @@ TEST(DcpPlacement, LocalSlotMappingFollowsTheOwner) {
 }
 
 TEST(DcpPlacement, BadArgumentsNameTheArgument) {
-  expect_error_naming([] { dcp_locate({0, 1}, 0); }, "ranks");
-  expect_error_naming([] { dcp_locate({-2, 1}, 0); }, "ranks");
-  expect_error_naming([] { dcp_locate({2, 0}, 0); }, "interleave");
-  expect_error_naming([] { dcp_locate({2, 3}, 0); }, "interleave");
-  expect_error_naming([] { dcp_locate({2, -4}, 0); }, "interleave");
-  expect_error_naming([] { dcp_locate({2, 1}, -1); }, "global");
-  expect_error_naming([] { dcp_global_position({2, 1}, 2, 0); }, "rank");
-  expect_error_naming([] { dcp_global_position({2, 1}, -1, 0); }, "rank");
-  expect_error_naming([] { dcp_global_position({2, 1}, 0, -1); }, "local");
-  expect_error_naming([] { dcp_global_position({8, 64}, 7, std::numeric_limits<int64_t>::max() / 4); }, "local");
-  expect_error_naming([] { dcp_local_length({2, 1}, 5, 10); }, "rank");
-  expect_error_naming([] { dcp_local_length({2, 1}, 0, -1); }, "context_length");
+  expect_error_containing([] { dcp_locate({0, 1}, 0); }, "ranks");
+  expect_error_containing([] { dcp_locate({-2, 1}, 0); }, "ranks");
+  expect_error_containing([] { dcp_locate({2, 0}, 0); }, "interleave");
+  expect_error_containing([] { dcp_locate({2, 3}, 0); }, "interleave");
+  expect_error_containing([] { dcp_locate({2, -4}, 0); }, "interleave");
+  expect_error_containing([] { dcp_locate({2, 1}, -1); }, "global");
+  expect_error_containing([] { dcp_global_position({2, 1}, 2, 0); }, "rank");
+  expect_error_containing([] { dcp_global_position({2, 1}, -1, 0); }, "rank");
+  expect_error_containing([] { dcp_global_position({2, 1}, 0, -1); }, "local");
+  expect_error_containing([] { dcp_global_position({8, 64}, 7, std::numeric_limits<int64_t>::max() / 4); }, "local");
+  expect_error_containing([] { dcp_local_length({2, 1}, 5, 10); }, "rank");
+  expect_error_containing([] { dcp_local_length({2, 1}, 0, -1); }, "context_length");
   std::vector<int64_t> g(4, 0), l(4, 7);
-  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 8, 0, g.data(), 4, l.data()); }, "page_size");
-  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 0, 0, g.data(), 4, l.data()); }, "page_size");
-  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 64, 2, g.data(), 4, l.data()); }, "rank");
-  expect_error_naming([&] { dcp_local_slot_mapping({2, 16}, 64, 0, g.data(), -1, l.data()); }, "n must");
+  expect_error_containing([&] { dcp_local_slot_mapping({2, 16}, 8, 0, g.data(), 4, l.data()); }, "page_size");
+  expect_error_containing([&] { dcp_local_slot_mapping({2, 16}, 0, 0, g.data(), 4, l.data()); }, "page_size");
+  expect_error_containing([&] { dcp_local_slot_mapping({2, 16}, 64, 2, g.data(), 4, l.data()); }, "rank");
+  expect_error_containing([&] { dcp_local_slot_mapping({2, 16}, 64, 0, g.data(), -1, l.data()); }, "n must");
   EXPECT_TRUE(std::all_of(l.begin(), l.end(), [](int64_t v) { return v == 7; }));  // nothing written
 }
 
@@ -300,16 +291,16 @@ TEST(DcpMerge, BadArgumentsNameTheArgument) {
     edit(a, o);
     dcp_merge_reference(a, o);
   };
-  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.ranks = 0; }); }, "ranks");
-  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.rows = -1; }); }, "rows");
-  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.heads = -1; }); }, "heads");
-  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_out = nullptr; }); }, "partial_out");
-  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_lse = nullptr; }); }, "partial_lse");
-  expect_error_naming([&] { run([](DcpMergeArgs&, DcpMergeOutputs& o) { o.out = nullptr; }); }, "merge: out is null");
-  expect_error_naming([&] {
+  expect_error_containing([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.ranks = 0; }); }, "ranks");
+  expect_error_containing([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.rows = -1; }); }, "rows");
+  expect_error_containing([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.heads = -1; }); }, "heads");
+  expect_error_containing([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_out = nullptr; }); }, "partial_out");
+  expect_error_containing([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_lse = nullptr; }); }, "partial_lse");
+  expect_error_containing([&] { run([](DcpMergeArgs&, DcpMergeOutputs& o) { o.out = nullptr; }); }, "merge: out is null");
+  expect_error_containing([&] {
     run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_out = static_cast<const char*>(a.partial_out) + 4; });
   }, "partial_out");
-  expect_error_naming([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_type = DcpPartialType(9); }); },
+  expect_error_containing([&] { run([](DcpMergeArgs& a, DcpMergeOutputs&) { a.partial_type = DcpPartialType(9); }); },
                       "partial_type");
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 7.0f; }));
   EXPECT_TRUE(std::all_of(lse.begin(), lse.end(), [](float v) { return v == 7.0f; }));
@@ -382,17 +373,17 @@ TEST(DcpSelection, MergeRejectsBadCandidates) {
   EXPECT_EQ(out.indices, (std::vector<int32_t>{3, 5}));  // values 4 and 5
   EXPECT_EQ(out.length, (std::vector<int32_t>{2}));
   const nt::TopkResult before = out;
-  expect_error_naming([&] { run([](DcpTopkMergeArgs& m) { m.ranks = 0; }); }, "ranks");
-  expect_error_naming([&] { run([](DcpTopkMergeArgs& m) { m.k = 4; }); }, "k must");
-  expect_error_naming([&] { run([](DcpTopkMergeArgs& m) { m.k_rank = 0; }); }, "k_rank");
-  expect_error_naming([&] { run([](DcpTopkMergeArgs& m) { m.values = nullptr; }); }, "values");
+  expect_error_containing([&] { run([](DcpTopkMergeArgs& m) { m.ranks = 0; }); }, "ranks");
+  expect_error_containing([&] { run([](DcpTopkMergeArgs& m) { m.k = 4; }); }, "k must");
+  expect_error_containing([&] { run([](DcpTopkMergeArgs& m) { m.k_rank = 0; }); }, "k_rank");
+  expect_error_containing([&] { run([](DcpTopkMergeArgs& m) { m.values = nullptr; }); }, "values");
   len = {2, 4};
-  expect_error_naming([&] { run([](DcpTopkMergeArgs&) {}); }, "topk_length");
+  expect_error_containing([&] { run([](DcpTopkMergeArgs&) {}); }, "topk_length");
   len = {2, 3};
   idx = {4, 0, -1, 1, 3, 5};
-  expect_error_naming([&] { run([](DcpTopkMergeArgs&) {}); }, "strictly increasing");
+  expect_error_containing([&] { run([](DcpTopkMergeArgs&) {}); }, "strictly increasing");
   idx = {0, 3, -1, 1, 3, 5};
-  expect_error_naming([&] { run([](DcpTopkMergeArgs&) {}); }, "two ranks");
+  expect_error_containing([&] { run([](DcpTopkMergeArgs&) {}); }, "two ranks");
   EXPECT_TRUE(out == before);  // nothing written
 }
 
@@ -513,10 +504,10 @@ TEST(DcpAttention, LocalIndicesErrorsNameTheArgument) {
   m.capacity = 64;
   m.rows_per_request = 1;
   // Position 200 lives on rank 0 at local 100: page 1, past the table.
-  expect_error_naming([&] { dcp_local_indices_reference({2, 1}, 0, pos.data(), 1, 3, m, out.data()); }, "block_table");
+  expect_error_containing([&] { dcp_local_indices_reference({2, 1}, 0, pos.data(), 1, 3, m, out.data()); }, "block_table");
   EXPECT_EQ(out, (std::vector<int32_t>{7, 7, 7}));
-  expect_error_naming([&] { dcp_local_indices_reference({2, 1}, 2, pos.data(), 1, 3, m, out.data()); }, "rank");
-  expect_error_naming([&] { dcp_local_indices_reference({2, 1}, 0, pos.data(), 2, 3, m, out.data()); }, "requests");
+  expect_error_containing([&] { dcp_local_indices_reference({2, 1}, 2, pos.data(), 1, 3, m, out.data()); }, "rank");
+  expect_error_containing([&] { dcp_local_indices_reference({2, 1}, 0, pos.data(), 2, 3, m, out.data()); }, "requests");
   pos[2] = 3;  // rank 1's local 1
   dcp_local_indices_reference({2, 1}, 0, pos.data(), 1, 3, m, out.data());
   EXPECT_EQ(out, (std::vector<int32_t>{0, -1, -1}));
