@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "gpu/gpu_support.h"
@@ -183,6 +185,38 @@ nvfp4mla::testing::TokenSet adversarial_tokens(int64_t n, uint64_t seed) {
   return t;
 }
 
+// Dynamic-mode ties: each token's largest value m = 2688 2^k makes the token scale s_t = m C2688
+// exactly 2^k (checked), so y = x / s_t stays exact and the E2M1 ties (t d 2^k, and one BF16
+// step either side, against each group's maximum 6 d 2^k) and E4M3 group scales survive into
+// the packed dynamic path. (The random and adversarial tokens above, with s_t not a power of two,
+// never reach an exact tie there.)
+nvfp4mla::testing::TokenSet dynamic_tie_tokens(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto bf16 = [](float v) { return codec::bf16_encode_rn(v); };
+  auto sign = [&](uint16_t b) { return static_cast<uint16_t>(b | ((rng() & 1) ? 0x8000u : 0u)); };
+  nvfp4mla::testing::TokenSet t;
+  t.n = n;
+  t.kv_c.resize(n * kLatentDim);
+  t.k_pe.resize(n * kRopeDim);
+  for (int64_t i = 0; i < n; ++i) {
+    const int k = static_cast<int>(rng() % 15) - 10;  // FP16 inputs hold 2688 2^4
+    const float m = std::ldexp(2688.0f, k), s = std::ldexp(1.0f, k);
+    if (record::nvfp4_dynamic_scale(m) != s) throw std::logic_error("the dynamic scale of 2688 2^k is not 2^k");
+    for (int g = 0; g < kLatentDim / 16; ++g) {
+      // Group 0 holds m itself (d = 448 = 2688 / 6); the others an E4M3 d up to 448.
+      const float d = g == 0 ? 448.0f : codec::e4m3_decode(static_cast<uint8_t>(1 + rng() % 0x7D));
+      uint16_t* v = &t.kv_c[i * kLatentDim + 16 * g];
+      for (int j = 0; j < 16; ++j) {
+        const uint16_t tie = bf16(codec::e2m1_rounding_bound(static_cast<int>(rng() % 7)) * d * s);
+        const int step = static_cast<int>(rng() % 3) - 1;
+        v[j] = sign(j == 0 ? bf16(6.0f * d * s) : static_cast<uint16_t>(tie + step));
+      }
+    }
+    for (int j = 0; j < kRopeDim; ++j) t.k_pe[i * kRopeDim + j] = sign(bf16(float(rng() % 1000) * s));
+  }
+  return t;
+}
+
 // The same values as FP16 (rounded; out of range to +/-Inf) and exactly as fp32.
 template <class In>
 std::vector<In> exact_input(const std::vector<uint16_t>& b);
@@ -221,6 +255,9 @@ void check_adversarial(uint64_t seed, int64_t n) {
       if (layer_scale != 0.0123f && spec.scale_mode != ScaleMode::static_calibrated) continue;
       check_writer(spec, kv, pe, layer_scale, seed);
     }
+  const auto ties = dynamic_tie_tokens(n, seed + 7);
+  for (const auto& spec : kAllSpecs)
+    if (spec.scale_mode == ScaleMode::dynamic) check_writer(spec, exact_input<In>(ties.kv_c), exact_input<In>(ties.k_pe), 1.0f, seed);
 }
 
 }  // namespace
@@ -252,7 +289,7 @@ TEST(GpuCacheWriter, BitIdenticalToCpuWriterFp16AndF32Input) {
 }
 
 // Ties, zeros, subnormals, non-finite values and saturation in every format, scale mode and
-// input type.
+// input type (dynamic mode's ties from tokens whose scale is a power of two).
 TEST(GpuCacheWriter, BitIdenticalToCpuWriterOnAdversarialInputs) {
   NVFP4MLA_REQUIRE_GPU();
   check_adversarial<Bf16Bits>(300, 2003);
