@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a signature or struct below changes; the Python package refuses another. */
-#define NVFP4MLA_C_API_VERSION 3
+#define NVFP4MLA_C_API_VERSION 4
 
 enum {
   NVFP4MLA_OK = 0,
@@ -258,6 +258,7 @@ typedef struct nvfp4mla_scratch_request {
   int32_t partial_bf16;  /* 0: fp32 partials (what the kernel writes), 1: bf16 */
   int32_t splits;        /* 0: the decode planner's worst case */
   int32_t sm_count;
+  int32_t compute_capability; /* 10 * major + minor; 0: the GPU nvfp4mla_plan_decode plans for */
 } nvfp4mla_scratch_request;
 
 typedef struct nvfp4mla_scratch_plan {

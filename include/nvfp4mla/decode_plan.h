@@ -38,7 +38,8 @@ std::optional<std::string> decode_kernel_unsupported(DecodeKernel kernel, const 
 std::vector<DecodeKernel> supported_decode_kernels(const ArchSpec& arch, const RecordSpec& spec, int heads);
 // The planner's choice: the 16-head NVFP4 kernel for NVFP4 records with up to 32 heads, the
 // warp-specialized kernels for more heads on sm_90a (in cluster pairs, with 64-entry tiles for
-// NVFP4 records, when the groups pair up), else sm80_mma.
+// NVFP4 records, when the groups pair up), else sm80_mma; where that one does not fit the device,
+// sm80_h16 or sm80_mma if either does (else the preferred one, which the planner then refuses).
 DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec, int heads);
 
 // Whether `kernel` can merge `splits` splits inside its own launch (the warp-specialized sm90_ws*

@@ -15,7 +15,7 @@ import os
 from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
                     c_uint64, c_void_p)
 
-C_API_VERSION = 3
+C_API_VERSION = 4
 LIBRARY_FILE = "libnvfp4mla_c.so"
 
 
@@ -101,7 +101,8 @@ class ScratchRequest(Structure):
     _fields_ = [("cache_dtype", c_int32), ("rope", c_int32), ("scale_mode", c_int32), ("num_heads", c_int32),
                 ("dcp_world_size", c_int32), ("topk", c_int32), ("max_num_seqs", c_int32),
                 ("max_num_batched_tokens", c_int64), ("num_speculative_tokens", c_int32), ("mode", c_int32),
-                ("partial_bf16", c_int32), ("splits", c_int32), ("sm_count", c_int32)]
+                ("partial_bf16", c_int32), ("splits", c_int32), ("sm_count", c_int32),
+                ("compute_capability", c_int32)]
 
 
 class ScratchPlanC(Structure):

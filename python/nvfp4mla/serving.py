@@ -105,9 +105,12 @@ class ScratchPlan:
 
 
 def plan_scratch(config, num_heads, max_num_seqs, max_num_batched_tokens=None, topk=2048, dcp_world_size=1,
-                 num_speculative_tokens=0, mode=None, partials="fp32", splits=0, sm_count=132, environ=None):
+                 num_speculative_tokens=0, mode=None, partials="fp32", splits=0, sm_count=132, environ=None,
+                 compute_capability=0):
     """Exact decode scratch sizes (``nvfp4mla plan scratch``). max_num_batched_tokens defaults to
-    64 x max_num_seqs; splits 0 sizes for the decode planner's worst case on ``sm_count`` SMs."""
+    64 x max_num_seqs; splits 0 sizes for the decode planner's worst case on ``sm_count`` SMs of a
+    GPU of ``compute_capability`` (10 x major + minor; 0: the GPU plan_decode plans for, the
+    current one, or sm_90 without a GPU)."""
     if partials not in ("fp32", "bf16"):
         raise _lib.ArgumentError(f"plan_scratch: partials must be 'fp32' or 'bf16', got {partials!r}")
     if max_num_batched_tokens is None:
@@ -115,7 +118,7 @@ def plan_scratch(config, num_heads, max_num_seqs, max_num_batched_tokens=None, t
     dtype, rope, scale = _spec(config)
     request = ScratchRequest(dtype, rope, scale, int(num_heads), int(dcp_world_size), int(topk), int(max_num_seqs),
                              int(max_num_batched_tokens), int(num_speculative_tokens), _mode_code(mode, environ),
-                             1 if partials == "bf16" else 0, int(splits), int(sm_count))
+                             1 if partials == "bf16" else 0, int(splits), int(sm_count), int(compute_capability))
     plan = ScratchPlanC()
     _lib.call(lib.nvfp4mla_plan_scratch, byref(request), byref(plan))
     return ScratchPlan(*(getattr(plan, name) for name, _ in ScratchPlanC._fields_))

@@ -109,6 +109,7 @@ int nvfp4mla_plan_scratch(const nvfp4mla_scratch_request* r, nvfp4mla_scratch_pl
     q.partials = r->partial_bf16 ? serving::PartialPrecision::bf16 : serving::PartialPrecision::fp32;
     q.splits = r->splits;
     q.sm_count = r->sm_count;
+    q.compute_capability = r->compute_capability;
     const serving::ScratchPlan p = serving::plan_scratch(q);
     *plan = {p.q_per_request, p.decode_rows,       p.heads,        p.splits,          p.partial_bytes,
              p.tmp_output_bytes, p.tmp_lse_bytes, p.output_bytes, p.final_lse_bytes, p.total_bytes};

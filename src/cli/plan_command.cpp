@@ -23,7 +23,7 @@ struct PlanArgs {
   int64_t decode_rows = 0, decode_row_budget = 0;
   bool prefilling = false;
   // scratch
-  int heads = 0, dcp = 1, topk = 2048, max_num_seqs = 0, splits = 0, sm_count = 132;
+  int heads = 0, dcp = 1, topk = 2048, max_num_seqs = 0, splits = 0, sm_count = 132, compute_capability = 0;
   int64_t max_batched_tokens = 0;
   std::string partials = "fp32";
   // capacity
@@ -76,6 +76,7 @@ void run_scratch(const FormatFlags& f, const PlanArgs& a) {
   r.partials = a.partials == "bf16" ? PartialPrecision::bf16 : PartialPrecision::fp32;
   r.splits = a.splits;
   r.sm_count = a.sm_count;
+  r.compute_capability = a.compute_capability;
   const ScratchPlan p = plan_scratch(r);
   if (a.json) {
     print_json({{"q_per_request", p.q_per_request}, {"decode_rows", p.decode_rows}, {"heads", p.heads},
@@ -157,6 +158,9 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   scratch->add_option("--splits", a->splits, "fixed number of KV splits (default: the decode planner's)");
   scratch->add_option("--sm-count", a->sm_count, "SMs of the GPU (H200: 132)")->check(CLI::Range(1, 1024));
+  scratch->add_option("--compute-capability", a->compute_capability,
+                      "10 x major + minor of the GPU (H200: 90; default: this machine's GPU, else 90)")
+      ->check(CLI::Range(0, 1000));
   scratch->callback([scratch_flags, a] { run_scratch(*scratch_flags, *a); });
 
   auto* capacity = plan->add_subcommand("capacity", "Tokens of KV cache that fit in a memory budget");

@@ -222,7 +222,9 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   EXPECT_FALSE(a100.wgmma);
   EXPECT_TRUE(kH200.wgmma && kH200.clusters);
   EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm80_h16);
-  EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm80_mma);
+  // sm80_mma's NVFP4 stages need more than an A100's 163 KB per CTA: 16-head groups of sm80_h16.
+  EXPECT_TRUE(decode_kernel_unsupported(DecodeKernel::sm80_mma, a100, kSpecNvfp4Fp8Rope, 128).has_value());
+  EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm80_h16);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws_wide);
   EXPECT_EQ(default_decode_kernel(a100, kSpecFp8, 16), DecodeKernel::sm80_mma);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 64), DecodeKernel::sm90_ws_wide);
@@ -321,4 +323,26 @@ TEST(DecodePlan, SplitsMergeInKernelWhenTheGridFitsOneWave) {
     EXPECT_FALSE(decode_merges_in_kernel(k, 1)) << to_string(k);
     EXPECT_FALSE(decode_merges_in_kernel(k, 65)) << to_string(k);
   }
+}
+
+// Where the preferred kernel does not fit the device, the automatic choice is one that does
+// (NVFP4 records with 64 and 128 heads on sm_80 and sm_120: sm80_mma's stages need more shared
+// memory than those devices give a CTA; sm80_h16 fits).
+TEST(DecodePlan, AutomaticChoiceFallsBackToAKernelThatFits) {
+  for (const ArchSpec& arch : {arch_spec(8, 0, 108), arch_spec(12, 0, 148), arch_spec(8, 9, 128)})
+    for (const RecordSpec& spec : kAllRecordSpecs)
+      for (int heads : {16, 64, 128}) {
+        const auto supported = supported_decode_kernels(arch, spec, heads);
+        const DecodeKernel k = default_decode_kernel(arch, spec, heads);
+        if (supported.empty()) {
+          EXPECT_THROW(plan_sparse_decode(spec, 4, heads, 2048, arch), Error);
+          continue;
+        }
+        EXPECT_FALSE(decode_kernel_unsupported(k, arch, spec, heads).has_value())
+            << to_string(spec) << " " << heads << " heads on " << to_string(arch) << ": " << to_string(k);
+        EXPECT_NO_THROW(plan_sparse_decode(spec, 4, heads, 2048, arch));
+      }
+  // sm_90a keeps its measured choices.
+  if (const ArchSpec h200 = arch_spec(9, 0, 132); h200.wgmma)
+    EXPECT_EQ(default_decode_kernel(h200, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm90_ws_pair_wide);
 }

@@ -155,13 +155,52 @@ TEST(Scratch, RowsHeadsAndKernelSplits) {
   EXPECT_LE(p.splits, 2048 / 64);
   // The regions cover every row count the kernel may see up to decode_rows.
   for (int rows = 1; rows <= p.decode_rows; ++rows) {
-    const auto d = plan_sparse_decode(r.spec, rows, p.heads, r.topk, arch_spec(r.compute_capability / 10, r.compute_capability % 10, r.sm_count));
+    const auto d = plan_sparse_decode(r.spec, rows, p.heads, r.topk, scratch_arch(r));
     EXPECT_LE(decode_workspace_layout(d, rows, p.heads).partial_out_bytes, p.tmp_output_bytes) << rows;
   }
   r.max_num_batched_tokens = 4;  // never below max_num_seqs
   EXPECT_EQ(plan_scratch(r).decode_rows, 8);
   r.num_heads = 0;
   EXPECT_THROW(plan_scratch(r), Error);
+}
+
+// The scratch is planned for the GPU given (or, with compute capability 0, the one the decode
+// planner plans for): on a B200-like device (10.0, 148 SMs) the NVFP4 16-head plans split more
+// than on the H200, and the scratch covers them.
+TEST(Scratch, CoversTheDecodePlansOfTheGivenArchitecture) {
+  for (const int cc : {90, 100, 80, 120})
+    for (const RecordSpec& spec : kAllRecordSpecs) {
+      ScratchRequest r;
+      r.spec = spec;
+      r.num_heads = 16;
+      r.max_num_seqs = 64;
+      r.max_num_batched_tokens = 64;
+      r.sm_count = cc == 90 ? 132 : 148;
+      r.compute_capability = cc;
+      const ArchSpec arch = arch_spec(cc / 10, cc % 10, r.sm_count);
+      if (!supported_decode_kernels(arch, spec, r.num_heads).size()) {
+        EXPECT_THROW(plan_scratch(r), Error) << to_string(spec) << " cc " << cc;
+        continue;
+      }
+      const auto p = plan_scratch(r);
+      for (int rows = 1; rows <= p.decode_rows; ++rows) {
+        DecodePlan d;
+        try {
+          d = plan_sparse_decode(r.spec, rows, p.heads, r.topk, arch);
+        } catch (const Error&) {
+          continue;  // no kernel for this format here
+        }
+        EXPECT_LE(decode_workspace_layout(d, rows, p.heads).partial_out_bytes, p.tmp_output_bytes)
+            << to_string(spec) << " cc " << cc << " rows " << rows;
+      }
+    }
+  ScratchRequest bad;
+  bad.spec = kSpecNvfp4Fp8Rope;
+  bad.num_heads = 16;
+  bad.max_num_seqs = 4;
+  bad.max_num_batched_tokens = 4;
+  bad.compute_capability = -1;
+  EXPECT_THROW(plan_scratch(bad), Error);
 }
 
 TEST(Capacity, TokensAndLargestRequest) {

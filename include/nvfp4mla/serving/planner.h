@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "nvfp4mla/arch.h"
 #include "nvfp4mla/format.h"
 #include "nvfp4mla/index_key.h"
 #include "nvfp4mla/serving/route.h"
@@ -25,7 +26,10 @@ struct ScratchRequest {
   PartialPrecision partials = PartialPrecision::fp32;
   int splits = 0;                 // 0: the decode planner's worst case for this device; else fixed
   int sm_count = 132;             // the GPU the decode planner plans for: SMs (H200: 132)
-  int compute_capability = 90;    // ... and compute capability, 10 * major + minor (H200: 90)
+  // ... and compute capability, 10 * major + minor (H200: 90); 0: the one plan_sparse_decode(...,
+  // sm_count) plans for (planning_arch: the current GPU's, sm_90 without a GPU), so that the
+  // scratch covers the plans a server makes at run time.
+  int compute_capability = 0;
 };
 
 struct ScratchPlan {
@@ -44,6 +48,8 @@ struct ScratchPlan {
 
 // Throws Error for an inconsistent request.
 ScratchPlan plan_scratch(const ScratchRequest& r);
+// The GPU the request's scratch is planned for (compute_capability 0: planning_arch).
+ArchSpec scratch_arch(const ScratchRequest& r);
 
 struct CapacityRequest {
   RecordSpec spec;

@@ -13,12 +13,18 @@ namespace {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
+ArchSpec scratch_arch(const ScratchRequest& r) {
+  return r.compute_capability > 0 ? arch_spec(r.compute_capability / 10, r.compute_capability % 10, r.sm_count)
+                                  : planning_arch(r.sm_count);
+}
+
 ScratchPlan plan_scratch(const ScratchRequest& r) {
   if (r.num_heads <= 0 || r.dcp_world_size <= 0) throw Error("scratch plan: heads and DCP world size must be positive");
   if (r.max_num_seqs <= 0 || r.max_num_batched_tokens <= 0)
     throw Error("scratch plan: max_num_seqs and max_num_batched_tokens must be positive");
   if (r.topk <= 0) throw Error("scratch plan: topk must be positive");
   if (r.splits < 0 || r.sm_count <= 0) throw Error("scratch plan: splits must be >= 0 and the SM count positive");
+  if (r.compute_capability < 0) throw Error("scratch plan: compute capability must be 0 (the planning device's) or 10 * major + minor");
   ScratchPlan p;
   p.q_per_request = decode_q_per_request(r.mode, r.spec.dtype, r.num_speculative_tokens);
   p.decode_rows = std::max<int64_t>(
@@ -30,7 +36,7 @@ ScratchPlan plan_scratch(const ScratchRequest& r) {
   if (r.splits > 0) {
     p.splits = r.splits;
   } else {
-    const ArchSpec arch = arch_spec(r.compute_capability / 10, r.compute_capability % 10, r.sm_count);
+    const ArchSpec arch = scratch_arch(r);
     int64_t worst_entries = 0;
     for (int64_t rows = 1; rows <= p.decode_rows; ++rows) {
       const DecodePlan d = plan_sparse_decode(r.spec, static_cast<int>(rows), p.heads, r.topk, arch);

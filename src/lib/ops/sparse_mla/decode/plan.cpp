@@ -150,7 +150,10 @@ std::vector<DecodeKernel> supported_decode_kernels(const ArchSpec& arch, const R
   return out;
 }
 
-DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec, int heads) {
+namespace {
+
+// The kernel measured fastest for the shape, whether or not this device can run it.
+DecodeKernel preferred_decode_kernel(const ArchSpec& arch, const RecordSpec& spec, int heads) {
   // NVFP4 records with up to 32 heads (e.g. 128 heads split 4 ways by tensor parallelism) run as
   // 16-head groups of a 16-head kernel: on the H200, rows 128 x 32 heads in the 32-head tiles of
   // sm80_mma took 182.9 us, as long as 128 x 128 heads; as two 16-head groups 111.3 us.
@@ -169,6 +172,19 @@ DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec,
   // 267.6; FP8 at 64 heads 222.0 against 264.6, at 128 heads (pairs) 365.2 against 422.9.
   if (((heads + decode::kWsHeads - 1) / decode::kWsHeads) % 2 == 0 && arch.clusters) return DecodeKernel::sm90_ws_pair_wide;
   return DecodeKernel::sm90_ws_wide;
+}
+
+}  // namespace
+
+DecodeKernel default_decode_kernel(const ArchSpec& arch, const RecordSpec& spec, int heads) {
+  const DecodeKernel preferred = preferred_decode_kernel(arch, spec, heads);
+  if (!decode_kernel_unsupported(preferred, arch, spec, heads)) return preferred;
+  // Where the preferred kernel does not fit (sm80_mma's NVFP4 stages need more than the 163 KB of
+  // an sm_80 CTA or the 99 KB of sm_86/89/120), the portable kernel that runs; the preferred one
+  // when none does, so that the error names it.
+  for (DecodeKernel k : {DecodeKernel::sm80_h16, DecodeKernel::sm80_mma})
+    if (!decode_kernel_unsupported(k, arch, spec, heads)) return k;
+  return preferred;
 }
 
 DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int topk, const ArchSpec& arch,
