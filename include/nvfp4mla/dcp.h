@@ -262,6 +262,10 @@ struct DcpStepPlan {
 };
 // Throws Error (validate_dcp_step_args' shape checks) for bad arguments.
 DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count);
+// Throws Error unless `plan`'s workspace regions are the ones plan_dcp_step makes for `a`'s sizes
+// (a plan made for other rows, heads, k, ranks or block table stride would send the gathers past
+// the workspace).
+void validate_dcp_step_plan(const DcpStepArgs& a, const DcpStepPlan& plan);
 
 // The top-k one rank runs over logits it was given ([rows, logits_stride] over its local
 // positions, row lengths `lengths`), as local positions.

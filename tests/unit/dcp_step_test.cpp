@@ -18,6 +18,7 @@
 #include "nvfp4mla/topk.h"
 #include "nvfp4mla/testing/dcp_step_problem.h"
 #include "support/record_specs.h"
+#include "support/expect_error.h"
 
 using namespace nvfp4mla;
 namespace nt = nvfp4mla::testing;
@@ -233,6 +234,27 @@ TEST(DcpStep, BadArgumentsThrowAndWriteNothing) {
   // A rank's local length past columns: topk_reference rejects it.
   std::vector<int32_t> long_len(p.rows, static_cast<int32_t>(p.columns + 1));
   expect_throw([&](DcpStepArgs&, Steps& st) { st[0].lengths = long_len.data(); }, "length");
+}
+
+// A plan made for fewer rows (or other heads or k) has smaller gathered regions: the step
+// refuses it before anything runs, whatever the workspace size.
+TEST(DcpStep, APlanForOtherSizesIsRefused) {
+  nt::DcpStepShape s;
+  s.context_lens = {300, 200};
+  s.heads = 16;
+  s.k = 16;
+  const nt::DcpStepProblem p = nt::make_dcp_step_problem(s);
+  const DcpStepArgs a = p.step_args(DcpSelection::exact);
+  EXPECT_NO_THROW(validate_dcp_step_plan(a, plan_dcp_step(a, 132)));
+  DcpStepArgs one_row = a;
+  one_row.rows = 1;
+  EXPECT_THROW(validate_dcp_step_plan(a, plan_dcp_step(one_row, 132)), Error);
+  DcpStepArgs fewer_heads = a;
+  fewer_heads.heads = 8;
+  EXPECT_THROW(validate_dcp_step_plan(a, plan_dcp_step(fewer_heads, 132)), Error);
+  DcpStepArgs other_k = a;
+  other_k.k = 64;  // larger candidate regions: the offsets after them move
+  nt::expect_error_containing([&] { validate_dcp_step_plan(a, plan_dcp_step(other_k, 132)); }, "made for other arguments");
 }
 
 // ---- union mode's quality measurement (eval/dcp_union.h) ----

@@ -346,3 +346,12 @@ TEST(DecodePlan, AutomaticChoiceFallsBackToAKernelThatFits) {
   if (const ArchSpec h200 = arch_spec(9, 0, 132); h200.wgmma)
     EXPECT_EQ(default_decode_kernel(h200, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm90_ws_pair_wide);
 }
+
+// No plan has more splits than the merge launch holds (a float per split in 48 KB) or the grid's
+// z allows, however many the caller forces.
+TEST(DecodePlan, SplitsStayWithinTheMergeLimit) {
+  const DecodePlan p = plan_sparse_decode(kSpecNvfp4Fp8Rope, 2, 64, 1 << 20, kH200, 16384);
+  EXPECT_LE(p.splits, decode::kMaxSplits);
+  EXPECT_LE(decode::kMaxSplits, 65535);
+  EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
+}

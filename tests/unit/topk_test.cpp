@@ -185,6 +185,17 @@ TEST(TopkSlots, InvalidSlotsThrowNamingBlockTableAndWriteNothing) {
   table = {0, -1, 2, 3};
   a.slots.capacity = 16;
   EXPECT_EQ(nvfp4mla::testing::reference(a).indices, (std::vector<int32_t>{0, 1, 14, 15}));
+  // An empty cache (capacity 0, e.g. a CUDA-graph warm-up before any page exists) with nothing
+  // selected is no error; a selection from it is.
+  std::vector<int32_t> empty_rows{0, 0};
+  a.lengths = empty_rows.data();
+  a.slots.capacity = 0;
+  EXPECT_EQ(nvfp4mla::testing::reference(a).length, (std::vector<int32_t>{0, 0}));
+  a.lengths = nullptr;
+  TopkResult r(2, 2);
+  EXPECT_THROW(topk_reference(a, r.outputs()), Error);
+  a.slots.capacity = -1;
+  EXPECT_THROW(topk_reference(a, r.outputs()), Error);
 }
 
 TEST(TopkArgsCheck, BadArgumentsNameTheArgumentAndWriteNothing) {

@@ -3,6 +3,7 @@
 #if defined(NVFP4MLA_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 
 #include "device/cuda_check.h"
@@ -36,6 +37,11 @@ class CudaStager final : public BlockStager {
       throw Error("offload staging: at most " + std::to_string(kMaxCudaStagingLayers) + " layers per request");
     const int rb = r.layers.front().record_bytes;
     if (rb % 16 != 0) throw Error("offload staging: record width must be a multiple of 16 bytes");
+    // The kernel moves records 16 bytes at a time through both sides.
+    if (reinterpret_cast<uintptr_t>(r.host.data()) % 16 != 0) throw Error("offload staging: the host buffer must be 16-byte aligned");
+    for (size_t l = 0; l < r.layers.size(); ++l)
+      if (reinterpret_cast<uintptr_t>(r.layers[l].data) % 16 != 0)
+        throw Error("offload staging: the cache of layer " + std::to_string(l) + " must be 16-byte aligned");
     if (r.slots.empty()) return;
     // Pageable memory is reported as unregistered (no API error), pinned memory with its
     // device-side address when it is mapped.

@@ -143,23 +143,12 @@ FusedSelectArgs dcp_fused_select_args(const DcpStepArgs& a, const uint8_t* index
   return f;
 }
 
-DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count) {
-  validate_step_shape(a);
+namespace {
+
+// The workspace regions of a plan whose scratch_bytes is set (they depend on the arguments' sizes
+// only, not on the SM count).
+void assign_step_regions(const DcpStepArgs& a, DcpStepPlan& p) {
   const size_t n = size_t(a.placement.ranks), rows = size_t(a.rows), k = size_t(a.k), heads = size_t(a.heads);
-  DcpStepPlan p;
-  p.local_topk = plan_topk(a.rows, a.columns, sm_count);
-  if (a.index_heads > 0)
-    p.select = plan_fused_select(dcp_fused_select_args(a, kPlanBytes, kPlanBytes, kPlanFloats, kPlanInts, kPlanInts), 0,
-                                 sm_count);
-  p.merge_topk = plan_topk(a.rows, int64_t(n) * a.k, sm_count);
-  p.decode = plan_sparse_decode(a.spec, a.rows, a.heads, a.k, sm_count);
-  DcpTopkMergeArgs m;
-  m.ranks = a.placement.ranks;
-  m.rows = a.rows;
-  m.k_rank = a.k;
-  m.k = a.k;
-  p.scratch_bytes = std::max({topk_workspace_bytes(p.local_topk, a.rows), dcp_merge_topk_workspace(m, p.merge_topk).total_bytes,
-                              decode_workspace_layout(p.decode, a.rows, a.heads).total_bytes, p.select.workspace_bytes});
   size_t at = 0;
   auto region = [&](size_t bytes) {
     const size_t offset = at;
@@ -180,7 +169,42 @@ DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count) {
   p.workspace_bytes = at;
   const size_t candidates = rows * (k * 8 + 4), partials = rows * heads * (kDcpLatentDim * 2 + 4);
   p.gathered_bytes_per_layer = (n - 1) * ((a.selection == DcpSelection::exact ? candidates : 0) + partials);
+}
+
+}  // namespace
+
+DcpStepPlan plan_dcp_step(const DcpStepArgs& a, int sm_count) {
+  validate_step_shape(a);
+  const size_t n = size_t(a.placement.ranks);
+  DcpStepPlan p;
+  p.local_topk = plan_topk(a.rows, a.columns, sm_count);
+  if (a.index_heads > 0)
+    p.select = plan_fused_select(dcp_fused_select_args(a, kPlanBytes, kPlanBytes, kPlanFloats, kPlanInts, kPlanInts), 0,
+                                 sm_count);
+  p.merge_topk = plan_topk(a.rows, int64_t(n) * a.k, sm_count);
+  p.decode = plan_sparse_decode(a.spec, a.rows, a.heads, a.k, sm_count);
+  DcpTopkMergeArgs m;
+  m.ranks = a.placement.ranks;
+  m.rows = a.rows;
+  m.k_rank = a.k;
+  m.k = a.k;
+  p.scratch_bytes = std::max({topk_workspace_bytes(p.local_topk, a.rows), dcp_merge_topk_workspace(m, p.merge_topk).total_bytes,
+                              decode_workspace_layout(p.decode, a.rows, a.heads).total_bytes, p.select.workspace_bytes});
+  assign_step_regions(a, p);
   return p;
+}
+
+void validate_dcp_step_plan(const DcpStepArgs& a, const DcpStepPlan& plan) {
+  DcpStepPlan want = plan;
+  assign_step_regions(a, want);
+  if (plan.candidate_indices_offset != want.candidate_indices_offset || plan.candidate_values_offset != want.candidate_values_offset ||
+      plan.candidate_lengths_offset != want.candidate_lengths_offset || plan.local_indices_offset != want.local_indices_offset ||
+      plan.row_lengths_offset != want.row_lengths_offset || plan.row_table_offset != want.row_table_offset ||
+      plan.select_errors_offset != want.select_errors_offset || plan.partial_out_offset != want.partial_out_offset ||
+      plan.partial_lse_offset != want.partial_lse_offset || plan.scratch_offset != want.scratch_offset ||
+      plan.workspace_bytes != want.workspace_bytes)
+    fail("the plan's workspace regions were made for other arguments (rows, heads, k, ranks or the block table stride): "
+         "plan_dcp_step for these");
 }
 
 void dcp_decode_step_reference(const DcpStepArgs& a, const DcpRankStepReference* rs, const ReferenceOptions& options) {

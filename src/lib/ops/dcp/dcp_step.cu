@@ -89,6 +89,7 @@ void dcp_decode_step(DcpCommunicator& comm, const DcpStepArgs& a, const DcpStepP
     throw Error("dcp step: the communicator's world size " + std::to_string(comm.world_size()) +
                 " is not the placement's ranks " + std::to_string(a.placement.ranks));
   validate_dcp_step_args(a, rs, local);
+  validate_dcp_step_plan(a, plan);
   if (!workspaces || !streams) throw Error("dcp step: workspaces and streams are required");
   if (workspace_bytes < plan.workspace_bytes)
     throw Error("dcp step: workspace_bytes " + std::to_string(workspace_bytes) + " < the plan's " +

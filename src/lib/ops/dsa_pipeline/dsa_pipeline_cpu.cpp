@@ -93,8 +93,8 @@ void validate_dsa_decode_args(const DsaDecodeArgs& a, const DsaDecodeOutputsOf<O
   as_pipeline([&] { validate_index_cache({a.caches.index, a.caches.num_pages, a.caches.page_size}, "caches.index"); });
   if (a.caches.capacity() > 0 && !a.caches.latent)
     fail("caches.latent is null for a cache of " + std::to_string(a.caches.capacity()) + " slots");
-  if (a.caches.capacity() > int64_t(INT32_MAX) + 1)
-    fail("the caches hold " + std::to_string(a.caches.capacity()) + " slots; slot ids are int32 (at most 2^31)");
+  if (a.caches.capacity() > int64_t(INT32_MAX))
+    fail("the caches hold " + std::to_string(a.caches.capacity()) + " slots; slot ids are int32 (at most 2^31 - 1 slots)");
   if (a.rows() > 0 && (!out.out || !out.lse || !out.indices || !out.topk_length))
     fail("outputs out, lse, indices and topk_length are required");
   as_pipeline([&] {

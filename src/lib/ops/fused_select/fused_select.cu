@@ -123,6 +123,10 @@ void chain(const Args& args, int64_t rows, const FusedSelectPlan& plan, void* wo
     score(0, logits, counter);
     TopkArgs t = fused_chunk_topk_args(args, plan, 0, logits);
     t.slots = fused_fold_args(args, plan, list, positions).slots;
+    // The chunk may reach past the block table's pages (max_context rounded up, or above what the
+    // table covers): those columns hold -inf, since a context needing them is flagged invalid and
+    // zeroed, so the top-k reads only the positions the table covers.
+    if (t.slots.block_table) t.columns = std::min<int64_t>(t.columns, t.slots.pages * int64_t(t.slots.page_size));
     topk(t, plan.chunk_topk, topk_ws, plan.topk_workspace_bytes, out, invalid_count, stream);
     return;
   }

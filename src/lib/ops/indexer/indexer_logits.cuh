@@ -470,6 +470,7 @@ void launch_for_heads(Mma mma, Source source, int n, const Params& p, dim3 grid,
 #include <string>
 
 #include "device/cuda_check.h"
+#include "device/per_device.h"
 #include "nvfp4mla/error.h"
 
 namespace nvfp4mla::cuda::indexer_kernels {
@@ -477,11 +478,8 @@ namespace nvfp4mla::cuda::indexer_kernels {
 template <Mma E, Source S, int kHp, int kN>
 void launch_one(const Params& p, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = Layout<kN>::bytes(kN / kHp);
-  static std::once_flag once;
-  std::call_once(once, [] {
-    check(cudaFuncSetAttribute(indexer_logits_kernel<E, S, kHp, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-          "indexer logits: shared memory attribute");
-  });
+  static PerDevice<bool> opted_in;
+  opt_in_shared_memory(opted_in, indexer_logits_kernel<E, S, kHp, kN>, bytes, "indexer logits: shared memory attribute");
   indexer_logits_kernel<E, S, kHp, kN><<<grid, kThreads, bytes, stream>>>(p);
   check_launch("indexer logits kernel launch");
 }

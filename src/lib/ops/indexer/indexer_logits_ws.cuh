@@ -285,22 +285,22 @@ bool launch_ws(const Params& p, const CUtensorMap& keys_map, dim3 grid, cudaStre
 #include <mutex>
 
 #include "device/cuda_check.h"
+#include "device/per_device.h"
 
 namespace nvfp4mla::cuda::indexer_kernels {
 
 template <int kHp>
 bool launch_ws(const Params& p, const CUtensorMap& keys_map, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = WsLayout<kHp>::bytes;
-  static bool usable = false;
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static PerDevice<bool> usable_on;
+  const bool usable = usable_on.get([] {
     check(cudaFuncSetAttribute(indexer_logits_ws_kernel<kHp>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
           "indexer logits (warp-specialized): shared memory attribute");
     // setmaxnreg.inc waits for registers that the epilogue's dec must have freed: launched with
     // fewer than kWsLaunchRegs each, the math warpgroups would wait forever.
     cudaFuncAttributes attr{};
     check(cudaFuncGetAttributes(&attr, indexer_logits_ws_kernel<kHp>), "indexer logits (warp-specialized): attributes");
-    usable = attr.numRegs == kWsLaunchRegs;
+    return attr.numRegs == kWsLaunchRegs;
   });
   if (!usable) return false;
   indexer_logits_ws_kernel<kHp><<<grid, kWsThreads, bytes, stream>>>(p, keys_map);

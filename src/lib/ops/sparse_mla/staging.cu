@@ -110,6 +110,8 @@ StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& a, void
     throw Error("staged extend: workspace of " + std::to_string(w.total_bytes) + " bytes required, got " +
                 std::to_string(workspace ? workspace_bytes : 0));
   if (reinterpret_cast<uintptr_t>(workspace) & 255) throw Error("staged extend: the workspace must be 256-byte aligned");
+  // The dequantization reads records 16 bytes at a time (sparse_decode refuses the same).
+  if (reinterpret_cast<uintptr_t>(a.cache) & 15) throw Error("staged extend: the cache must be 16-byte aligned");
   uint8_t* base = static_cast<uint8_t*>(workspace);
   uint8_t* records = base + w.records_offset;
   auto dequantize = [&](const int32_t* marks, const int32_t* positions) {
@@ -157,6 +159,9 @@ void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& a, void* 
   validate_sparse_mla_args(spec, a);
   if (a.rows == 0) return;
   if (!out || !lse) throw Error("staged extend: out and lse are required");
+  // What the attention would refuse, refused before the staging runs.
+  if ((reinterpret_cast<uintptr_t>(a.q) & 15) || (reinterpret_cast<uintptr_t>(out) & 15) || (reinterpret_cast<uintptr_t>(lse) & 3))
+    throw Error("staged extend: q and out must be 16-byte aligned, lse 4-byte");
   const StagedRecords staged = stage_records(spec, a, workspace, workspace_bytes, stream);
   SparseMlaArgs b = a;
   b.cache = staged.record_capacity > 0 ? staged.records : nullptr;

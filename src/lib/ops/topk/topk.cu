@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "device/cuda_check.h"
+#include "device/per_device.h"
 #include "nvfp4mla/cuda/topk.h"
 #include "nvfp4mla/error.h"
 #include "ops/topk/topk_radix.h"
@@ -835,19 +836,16 @@ __global__ void __launch_bounds__(kThreads, kTopkResidentCtasPerSm)
   if (seg == 0) write_padding(a, o, row, selected_count(k_eff, T, need));
 }
 
-// How many resident_rows CTAs fit on the current GPU at once (worked out once per process; the
-// device of the first call stands for all, as for the finisher).
+// How many resident_rows CTAs fit on the current GPU at once (worked out once per device).
 int64_t resident_capacity() {
-  static int64_t capacity = 0;
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static PerDevice<int64_t> capacity;
+  return capacity.get([] {
     int device = 0, sms = 0, per_sm = 0;
     check(cudaGetDevice(&device), "top-k: current device");
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "top-k: SM count");
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, topk_resident, kThreads, 0), "top-k: resident occupancy");
-    capacity = int64_t(sms) * per_sm;
+    return int64_t(sms) * per_sm;
   });
-  return capacity;
 }
 
 // Launches one kernel of a split row's chain, as a programmatic dependent of the kernel before
@@ -870,17 +868,17 @@ void launch_split_kernel(void (*kernel)(Params...), unsigned grid, size_t smem, 
 
 // The finisher sorting kSortItems columns per thread and how many candidates' keys it can hold in
 // dynamic shared memory beside its static storage (at most kTopkCandidates). Worked out and opted
-// in once per process, as the decode kernels do, so later calls (graph captures included) make no
-// attribute call; the device of the first call stands for all (one GPU model per process).
+// in once per device, as the decode kernels do, so later calls (graph captures included) make no
+// attribute call.
 struct Finisher {
   void (*kernel)(TopkArgs, TopkOutputs, int, int64_t, void*, unsigned long long*);
   int64_t capacity;
 };
 template <int kSortItems>
 Finisher finisher() {
-  static Finisher f{topk_split_finish<kSortItems>, 0};
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static PerDevice<Finisher> per_device;
+  return per_device.get([] {
+    Finisher f{topk_split_finish<kSortItems>, 0};
     int device = 0, optin = 0;
     check(cudaGetDevice(&device), "top-k: current device");
     check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "top-k: shared memory limit");
@@ -892,8 +890,8 @@ Finisher finisher() {
       check(cudaFuncSetAttribute(f.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(f.capacity * sizeof(uint32_t))),
             "top-k finisher shared memory");
+    return f;
   });
-  return f;
 }
 
 // Programmatic dependent launch needs compute capability 9.0.

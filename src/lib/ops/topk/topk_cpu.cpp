@@ -60,7 +60,8 @@ void validate_topk_args(const TopkArgs& a, const TopkOutputs& out) {
   if (m.pages < 0 || m.table_stride < m.pages)
     throw Error("top-k: block_table has " + str(m.pages) + " pages per request and a stride of " + str(m.table_stride) +
                 " (stride >= pages >= 0 required)");
-  if (m.capacity < 1) throw Error("top-k: block_table capacity must be positive (got " + str(m.capacity) + ")");
+  // An empty cache (capacity 0) is valid: every selected position then has no slot.
+  if (m.capacity < 0) throw Error("top-k: block_table capacity must not be negative (got " + str(m.capacity) + ")");
   const int64_t requests_needed = (int64_t(a.rows) + m.rows_per_request - 1) / m.rows_per_request;
   if (m.requests < requests_needed)
     throw Error("top-k: block_table has " + str(m.requests) + " requests but " + str(a.rows) + " rows at " +

@@ -74,7 +74,8 @@ bool sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
   const int expect_groups = (a.heads + shape.head_group - 1) / shape.head_group;
   if (plan.num_head_groups != expect_groups || plan.head_group != shape.head_group || plan.warps != shape.warps ||
       plan.tile_tokens != shape.tile_tokens || plan.num_tiles != (a.topk + shape.tile_tokens - 1) / shape.tile_tokens ||
-      plan.splits < 1 || plan.tiles_per_split < 1 || (plan.partial_bytes != 4 && plan.partial_bytes != 2) ||
+      plan.splits < 1 || plan.splits > decode::kMaxSplits || plan.tiles_per_split < 1 ||
+      (plan.partial_bytes != 4 && plan.partial_bytes != 2) ||
       static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles ||
       (shape.max_split_entries > 0 && int64_t(plan.tiles_per_split) * plan.tile_tokens > shape.max_split_entries))
     throw Error("sparse decode: the plan does not match rows/heads/topk; build it with plan_sparse_decode");

@@ -86,6 +86,9 @@ inline constexpr int kSm90H16Warps = 8, kSm90H16Tile = 64, kSm90H16MaxSplitEntri
 // A CTA's fixed cost in the split planner's estimate, in planner tiles: loading Q, filling the
 // pipeline and storing the output (each extra split also costs partials and a merge).
 inline constexpr int kCtaFixedTiles = 4;
+// The most KV splits a plan may have: the merge launch keeps a float per split in its default
+// 48 KB of shared memory (and the splits are the grid's z, at most 65535).
+inline constexpr int kMaxSplits = 48 * 1024 / 4;
 
 // The splits the warp-specialized kernels merge inside their launch, when their whole grid is
 // resident at once: from 8 (a CTA merges at most 8 of its group's 64 heads; with 2 splits, 32

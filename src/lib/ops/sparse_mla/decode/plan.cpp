@@ -206,7 +206,7 @@ DecodePlan plan_sparse_decode(const RecordSpec& spec, int rows, int heads, int t
   p.num_head_groups = (heads + p.head_group - 1) / p.head_group;
   p.num_tiles = (topk + p.tile_tokens - 1) / p.tile_tokens;
   // Never below 64 entries per split (the bound serving planners size scratch with).
-  const int max_splits = std::min(p.num_tiles, (topk + 63) / 64);
+  const int max_splits = std::min({p.num_tiles, (topk + 63) / 64, decode::kMaxSplits});
   const int split_tiles = shape.split_tiles;
   auto tiles_per_split = [&](int s) { return ((p.num_tiles + s - 1) / s + split_tiles - 1) / split_tiles * split_tiles; };
   int min_splits = 1;

@@ -34,6 +34,7 @@
 #include <mutex>
 
 #include "device/cuda_check.h"
+#include "device/per_device.h"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
 #include "ops/sparse_mla/decode/kernel_shapes.h"
 #include "ops/sparse_mla/kv_tile.cuh"
@@ -410,12 +411,9 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
 template <class F>
 void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
   using Smem = H16Smem<F>;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    check(cudaFuncSetAttribute(sparse_decode_h16_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Smem::total)),
-          "sparse decode (16 heads): shared memory opt-in");
-  });
+  static PerDevice<bool> opted_in;
+  opt_in_shared_memory(opted_in, sparse_decode_h16_kernel<F>, static_cast<int>(Smem::total),
+                       "sparse decode (16 heads): shared memory opt-in");
   sparse_decode_h16_kernel<F><<<decode_grid(rows, head_groups, p.splits), kH16Threads, Smem::total, stream>>>(p);
   check_launch("sparse decode (16 heads) kernel launch");
 }

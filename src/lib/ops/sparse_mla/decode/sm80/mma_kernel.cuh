@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "device/cuda_check.h"
+#include "device/per_device.h"
 #include "nvfp4mla/error.h"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
 #include "ops/sparse_mla/decode/kernel_shapes.h"
@@ -227,12 +228,8 @@ __global__ void __launch_bounds__(32 * kConfig<NB>.warps, kConfig<NB>.min_ctas) 
 template <int NB, class F>
 void launch_decode(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
   using Smem = DecodeSmem<NB, F>;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    check(cudaFuncSetAttribute(sparse_decode_kernel<NB, F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Smem::total)),
-          "sparse decode: shared memory opt-in");
-  });
+  static PerDevice<bool> opted_in;
+  opt_in_shared_memory(opted_in, sparse_decode_kernel<NB, F>, static_cast<int>(Smem::total), "sparse decode: shared memory opt-in");
   const dim3 grid = decode_grid(rows, head_groups, p.splits);
   sparse_decode_kernel<NB, F><<<grid, 32 * kConfig<NB>.warps, Smem::total, stream>>>(p);
   check_launch("sparse decode kernel launch");

@@ -37,6 +37,7 @@
 #include <mutex>
 
 #include "device/cuda_check.h"
+#include "device/per_device.h"
 #include "nvfp4mla/error.h"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
 #include "ops/sparse_mla/decode/common/step_trace.cuh"
@@ -626,12 +627,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
 
 template <class F>
 void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    check(cudaFuncSetAttribute(sparse_decode_h16_sm90_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(H16WgSmem::max_total)),
-          "sparse decode (16 heads, sm_90): shared memory opt-in");
-  });
+  static PerDevice<bool> opted_in;
+  opt_in_shared_memory(opted_in, sparse_decode_h16_sm90_kernel<F>, static_cast<int>(H16WgSmem::max_total),
+                       "sparse decode (16 heads, sm_90): shared memory opt-in");
   const int split_entries = (p.tiles_per_split * kPlannerTile + kTile - 1) / kTile * kTile;
   if (split_entries > decode::kSm90H16MaxSplitEntries) throw Error("sparse decode (16 heads, sm_90): split of " + std::to_string(split_entries) + " entries");
   clear_step_traces(stream);

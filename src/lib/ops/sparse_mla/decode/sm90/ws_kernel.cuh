@@ -43,6 +43,7 @@
 #include <mutex>
 
 #include "device/cuda_check.h"
+#include "device/per_device.h"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
 #include "ops/sparse_mla/decode/common/merge.cuh"
 #include "ops/sparse_mla/decode/common/step_trace.cuh"
@@ -747,18 +748,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #endif
 }
 
-// Clusters of `cfg`'s shape the current device holds at once, asked once per device.
+// Clusters of `cfg`'s shape the current device holds at once for `kernel`, asked once per device
+// and kernel (`known` is the launching instantiation's own: a pair's 2-CTA clusters and a single
+// CTA's fit differently).
 template <class Kernel>
-int64_t max_active_clusters(Kernel kernel, const cudaLaunchConfig_t& cfg) {
-  static std::array<std::atomic<int>, 64> known{};  // per device ordinal: clusters + 1 (0: not asked yet)
-  int dev = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  const bool cached = dev < static_cast<int>(known.size());
-  if (cached && known[dev].load() > 0) return known[dev].load() - 1;
-  int n = 0;
-  check(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg), "sparse decode: resident clusters");
-  if (cached) known[dev].store(n + 1);
-  return n;
+int64_t max_active_clusters(PerDevice<int64_t>& known, Kernel kernel, const cudaLaunchConfig_t& cfg) {
+  return known.get([&] {
+    int n = 0;
+    check(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg), "sparse decode: resident clusters");
+    return int64_t(n);
+  });
 }
 
 }  // namespace
@@ -767,11 +766,9 @@ template <class F, bool kPair, int kTile>
 bool launch_decode_ws(const DecodeParams& plan_params, int rows, int head_groups, cudaStream_t stream) {
   using Smem = WsSmem<F, kPair, kTile>;
   constexpr auto kernel = sparse_decode_ws_kernel<F, kPair, kTile>;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Smem::total)),
-          "sparse decode: shared memory opt-in");
-  });
+  static PerDevice<bool> opted_in;
+  static PerDevice<int64_t> resident_clusters;
+  opt_in_shared_memory(opted_in, kernel, static_cast<int>(Smem::total), "sparse decode: shared memory opt-in");
   static_assert(size_t(kWsHeads) * (decode::kMaxMergeInKernelSplits + 2) * 4 <= Smem::k_off, "merge scratch in Q's buffer");
   DecodeParams p = plan_params;
   cudaLaunchConfig_t cfg{};
@@ -790,7 +787,7 @@ bool launch_decode_ws(const DecodeParams& plan_params, int rows, int head_groups
     // The planner assumed the grid resident at once from the SM count; the device decides (how its
     // SMs group into clusters). A grid that does not fit runs the merge kernel instead.
     const int64_t clusters = static_cast<int64_t>(rows) * head_groups * p.splits / (kPair ? 2 : 1);
-    if (clusters > max_active_clusters(kernel, cfg)) {
+    if (clusters > max_active_clusters(resident_clusters, kernel, cfg)) {
       p.merge_in_kernel = false;
     } else {
       attrs[1].id = cudaLaunchAttributeCooperative;  // grid.sync() before the merge
