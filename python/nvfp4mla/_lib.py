@@ -308,6 +308,29 @@ def call(fn, *args):
         fail(status)
 
 
+def _ranged(value, op, name, low, high, ctype):
+    # ctypes silently keeps the low bits of an int too wide for a C field or argument: check first.
+    v = int(value)
+    if not low <= v <= high:
+        raise ArgumentError(f"{op}: {name} must be in {low}..{high} (a C {ctype}), got {v}")
+    return v
+
+
+def int32(value, op, name):
+    """`value` as an int that fits a C int32_t; raises ArgumentError naming `op` and `name`."""
+    return _ranged(value, op, name, -2 ** 31, 2 ** 31 - 1, "int32_t")
+
+
+def int64(value, op, name):
+    """`value` as an int that fits a C int64_t; raises ArgumentError naming `op` and `name`."""
+    return _ranged(value, op, name, -2 ** 63, 2 ** 63 - 1, "int64_t")
+
+
+def uint64(value, op, name):
+    """`value` as an int that fits a C uint64_t; raises ArgumentError naming `op` and `name`."""
+    return _ranged(value, op, name, 0, 2 ** 64 - 1, "uint64_t")
+
+
 def text(ptr):
     """A handed-out C string (c_char_p value) as str."""
     return ptr.value.decode("utf-8") if isinstance(ptr, c_char_p) else ptr.decode("utf-8")

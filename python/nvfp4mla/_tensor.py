@@ -113,6 +113,9 @@ def _from_torch(t, torch):
 # ---- numpy ----------------------------------------------------------------------------------------
 
 def _from_numpy(a):
+    if not a.dtype.isnative:  # the library reads native (little-endian) values; '>f4' is named float32 too
+        raise ArgumentError(f"array dtype {a.dtype.str} is not in the machine's byte order: convert it with "
+                            f"a.astype(a.dtype.newbyteorder('='))")
     item = a.itemsize
     strides = a.strides
     if any(s % item for s in strides):

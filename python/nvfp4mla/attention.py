@@ -39,7 +39,7 @@ def cuda_device_count():
 def cuda_sm_count(device=0):
     """SM count of a CUDA device (what the decode planner divides work by)."""
     out = c_int()
-    _lib.call(lib.nvfp4mla_cuda_sm_count, int(device), byref(out))
+    _lib.call(lib.nvfp4mla_cuda_sm_count, _lib.int32(device, "cuda_sm_count", "device"), byref(out))
     return out.value
 
 
@@ -101,14 +101,16 @@ def plan_decode(config, rows, heads, topk, sm_count=None, splits=0, device=None)
     sm_count: the GPU's SM count (queried from ``device``, default 0, when None; give it on a
     machine without a GPU). splits: 0 for the planner's choice, else forced. Host-only: plan once
     per batch shape, outside CUDA-graph capture."""
+    op = "plan_decode"
     fmt = config.format()
+    rows, heads, topk = _lib.int32(rows, op, "rows"), _lib.int32(heads, op, "heads"), _lib.int32(topk, op, "topk")
     if sm_count is None:
         sm_count = cuda_sm_count(0 if device is None else device)
+    sm_count, splits = _lib.int32(sm_count, op, "sm_count"), _lib.int32(splits, op, "splits")
     c_plan = DecodePlanC()
-    _lib.call(lib.nvfp4mla_plan_decode, byref(fmt), int(rows), int(heads), int(topk), int(sm_count), int(splits),
-              byref(c_plan))
+    _lib.call(lib.nvfp4mla_plan_decode, byref(fmt), rows, heads, topk, sm_count, splits, byref(c_plan))
     own = _lib.Format(fmt.cache_dtype, fmt.rope, fmt.scale_mode, fmt.layer_scale)
-    return DecodePlan(c_plan, own, config.record_bytes, int(rows), int(heads), int(topk), int(sm_count))
+    return DecodePlan(c_plan, own, config.record_bytes, rows, heads, topk, sm_count)
 
 
 def _problem(op, vq, vc, vi, vl, record_bytes, sm_scale, lse_base2, rows=None, heads=None, topk=None):
@@ -119,7 +121,8 @@ def _problem(op, vq, vc, vi, vl, record_bytes, sm_scale, lse_base2, rows=None, h
     check(vi, op, "indices", ("int32",), (rows, topk))
     if vl is not None:
         check(vl, op, "topk_length", ("int32",), (rows,))
-    return Attention(vq.ptr, rows, heads, vc.ptr, capacity, vi.ptr, vi.shape[1], vl.ptr if vl is not None else None,
+    return Attention(vq.ptr, _lib.int32(rows, op, "q's rows"), _lib.int32(heads, op, "q's heads"), vc.ptr, capacity,
+                     vi.ptr, _lib.int32(vi.shape[1], op, "indices' topk"), vl.ptr if vl is not None else None,
                      float(sm_scale), 1 if lse_base2 else 0)
 
 
@@ -277,7 +280,9 @@ def extend_staging_bytes(capacity, rows, topk):
     dequantized BF16 record per slot when rows * topk >= capacity, else room for rows * topk
     records with the per-slot bookkeeping and the rewritten indices."""
     size = c_uint64()
-    _lib.call(lib.nvfp4mla_cuda_extend_staging_bytes, int(capacity), int(rows), int(topk), byref(size))
+    op = "extend_staging_bytes"
+    _lib.call(lib.nvfp4mla_cuda_extend_staging_bytes, _lib.int64(capacity, op, "capacity"),
+              _lib.int32(rows, op, "rows"), _lib.int32(topk, op, "topk"), byref(size))
     return size.value
 
 

@@ -12,7 +12,12 @@ ENV_SCALES_FILE = "VLLM_NVFP4_MLA_SCALES_FILE"
 
 
 def _encode(value):
-    return None if value is None else os.fsencode(value) if isinstance(value, os.PathLike) else str(value).encode()
+    """A C string of an argument: paths (str, bytes, os.PathLike) in the file system's encoding."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, os.PathLike)):
+        return os.fsencode(value)
+    return str(value).encode()
 
 
 class FormatConfig:
@@ -41,7 +46,8 @@ class FormatConfig:
         env = _environ or {}
         o = FormatOptions(cache_dtype=_encode(cache_dtype), rope=_encode(rope), scale_mode=_encode(scale_mode),
                           scales_file=_encode(scales_file), has_layer=layer is not None,
-                          layer=int(layer) if layer is not None else 0, has_layer_scale=layer_scale is not None,
+                          layer=_lib.int32(layer, "FormatConfig", "layer") if layer is not None else 0,
+                          has_layer_scale=layer_scale is not None,
                           layer_scale=float(layer_scale) if layer_scale is not None else 0.0,
                           unit_scale_for_missing_layer=bool(unit_scale_for_missing_layer),
                           env_dynamic_scale=_encode(env.get(ENV_DYNAMIC_SCALE)),
@@ -102,7 +108,8 @@ class FormatConfig:
     def layer_scale_for(self, layer):
         """The calibrated scale of any layer of the calibration file (1.0 outside static mode)."""
         scale = c_float()
-        _lib.call(lib.nvfp4mla_config_layer_scale_for, self._handle, int(layer), byref(scale))
+        _lib.call(lib.nvfp4mla_config_layer_scale_for, self._handle, _lib.int32(layer, "layer_scale_for", "layer"),
+                  byref(scale))
         return scale.value
 
     def validate(self):

@@ -40,10 +40,20 @@ class Store:
             identity = format
         else:
             raise _lib.ArgumentError("Store: give a FormatConfig, or a record identity string with record_bytes=")
-        options = StoreOptions(identity.encode(), int(record_bytes), int(tokens_per_block), int(layers_in_block),
-                               str(model_identity).encode(), int(tp_rank), int(tp_size), int(dcp_rank), int(dcp_size),
-                               int(dram_capacity_bytes), int(disk_capacity_bytes or 0), 1 if durable else 0,
-                               int(io_threads))
+
+        def i32(value, name):
+            return _lib.int32(value, "Store", name)
+
+        def u64(value, name):
+            return _lib.uint64(value, "Store", name)
+
+        options = StoreOptions(identity.encode(), i32(record_bytes, "record_bytes"),
+                               i32(tokens_per_block, "tokens_per_block"), i32(layers_in_block, "layers_in_block"),
+                               str(model_identity).encode(), i32(tp_rank, "tp_rank"), i32(tp_size, "tp_size"),
+                               i32(dcp_rank, "dcp_rank"), i32(dcp_size, "dcp_size"),
+                               u64(dram_capacity_bytes, "dram_capacity_bytes"),
+                               u64(disk_capacity_bytes or 0, "disk_capacity_bytes"), 1 if durable else 0,
+                               i32(io_threads, "io_threads"))
         handle = c_void_p()
         _lib.call(lib.nvfp4mla_store_open, os.fsencode(root), byref(options), byref(handle))
         self._handle = handle

@@ -63,6 +63,14 @@ def _counter(op, error_count, stream):
     return v, v.ptr
 
 
+def _row_strides(vk, vp):
+    """The row strides of kv_c and k_pe: a single row's stride is whatever its producer reports
+    (0 for numpy's x[None]), so one row takes its natural width."""
+    if vk.shape[0] > 1:
+        return vk.strides[0], vp.strides[0]
+    return LATENT_DIM, ROPE_DIM
+
+
 def _tokens(op, kv_c, k_pe, stream, contiguous):
     vk, vp = view(kv_c, stream), view(k_pe, stream)
     check(vk, op, "kv_c", _INPUT_DTYPES, (None, LATENT_DIM), contiguous=contiguous)
@@ -87,8 +95,9 @@ def encode(kv_c, k_pe, config, out=None):
     vo = view(out)
     check(vo, op, "out", ("uint8",), (n, config.record_bytes), writable=True)
     require_device(op, (("out", vo),), CPU)
-    _lib.call(lib.nvfp4mla_encode, byref(fmt), _lib.INPUT_TYPES[vk.dtype], vk.ptr, vk.strides[0], vp.ptr,
-              vp.strides[0], n, vo.ptr)
+    kv_stride, pe_stride = _row_strides(vk, vp)
+    _lib.call(lib.nvfp4mla_encode, byref(fmt), _lib.INPUT_TYPES[vk.dtype], vk.ptr, kv_stride, vp.ptr, pe_stride, n,
+              vo.ptr)
     return out
 
 
@@ -152,9 +161,10 @@ def _write_cache_torch(torch, fmt, record_bytes, kv_c, k_pe, cache, slot_mapping
             return False
         counter = error_count.data_ptr()
     s = torch._C._cuda_getCurrentRawStream(device) if stream is None else _tensor.stream_handle(stream)
-    _lib.call(lib.nvfp4mla_cuda_write_cache, byref(fmt), input_type, kv_c.data_ptr(), kv_c.stride(0), k_pe.data_ptr(),
-              k_pe.stride(0), n, slot_mapping.data_ptr(), cache.data_ptr(), cache.numel() // record_bytes, counter,
-              device, s)
+    kv_stride, pe_stride = (kv_c.stride(0), k_pe.stride(0)) if n > 1 else (LATENT_DIM, ROPE_DIM)
+    _lib.call(lib.nvfp4mla_cuda_write_cache, byref(fmt), input_type, kv_c.data_ptr(), kv_stride, k_pe.data_ptr(),
+              pe_stride, n, slot_mapping.data_ptr(), cache.data_ptr(), cache.numel() // record_bytes, counter, device,
+              s)
     return True
 
 
@@ -189,8 +199,9 @@ def write_cache_format(fmt, record_bytes, kv_c, k_pe, cache, slot_mapping, error
     named = (("cache", vc), ("kv_c", vk), ("k_pe", vp), ("slot_mapping", vs), ("error_count", counter))
     if on_gpu:
         device = require_device(op, named, CUDA)
-        _lib.call(lib.nvfp4mla_cuda_write_cache, byref(fmt), _lib.INPUT_TYPES[vk.dtype], vk.ptr, vk.strides[0],
-                  vp.ptr, vp.strides[0], vk.shape[0], vs.ptr, vc.ptr, capacity, counter_ptr, device, s)
+        kv_stride, pe_stride = _row_strides(vk, vp)
+        _lib.call(lib.nvfp4mla_cuda_write_cache, byref(fmt), _lib.INPUT_TYPES[vk.dtype], vk.ptr, kv_stride, vp.ptr,
+                  pe_stride, vk.shape[0], vs.ptr, vc.ptr, capacity, counter_ptr, device, s)
     else:
         require_device(op, named, CPU)
         _lib.call(lib.nvfp4mla_write_cache, byref(fmt), _lib.INPUT_TYPES[vk.dtype], vk.ptr, vp.ptr, vk.shape[0],

@@ -22,7 +22,7 @@ Device-side checks (slots outside the cache, bad metadata) cannot raise: the GPU
 add to a device counter (``invalid_count`` / ``error_count``, uint64 or int64 [1]) that the caller
 reads after the stream's work; the CPU references raise Error before writing anything.
 """
-from ctypes import byref
+from ctypes import byref, memset
 
 from . import _lib, _tensor
 from ._lib import (FusedSelect, FusedSelectPlanC, FusedSelectRagged, IndexCache, IndexerPaged, IndexerRagged, Topk,
@@ -79,20 +79,21 @@ def _index_cache(op, v, page_size, writable=False):
     per_page = 1
     for size in v.shape[1:]:
         per_page *= size
-    if int(page_size) < 1 or per_page != int(page_size) * INDEX_KEY_RECORD_BYTES:
+    page_size = _lib.int64(page_size, op, "page_size")
+    if page_size < 1 or per_page != page_size * INDEX_KEY_RECORD_BYTES:
         raise _lib.ArgumentError(f"{op}: cache pages hold {per_page} bytes but page_size {page_size} needs "
-                                 f"{int(page_size) * INDEX_KEY_RECORD_BYTES} ({page_size} x 132)")
+                                 f"{page_size * INDEX_KEY_RECORD_BYTES} ({page_size} x 132)")
     if not v.contiguous():
         raise _lib.ArgumentError(f"{op}: cache must be contiguous, got strides {list(v.strides)} for shape "
                                  f"{list(v.shape)}")
     if writable and v.readonly:
         raise _lib.ArgumentError(f"{op}: cache is read-only")
-    return IndexCache(v.ptr, v.shape[0], int(page_size))
+    return IndexCache(v.ptr, v.shape[0], page_size)
 
 
-def _sm_count(sm_count, device):
+def _sm_count(op, sm_count, device):
     if sm_count is not None:
-        return int(sm_count)
+        return _lib.int32(sm_count, op, "sm_count")
     from .attention import cuda_sm_count
     return cuda_sm_count(0 if device is None else device)
 
@@ -110,8 +111,8 @@ def encode_index_keys(keys, out=None):
     n = vk.shape[0]
     out, vo = _alloc(op, "out", out, vk, (n, INDEX_KEY_RECORD_BYTES), "uint8", None)
     require_device(op, (("keys", vk), ("out", vo)), CPU)
-    _lib.call(lib.nvfp4mla_index_key_encode, _lib.INPUT_TYPES[vk.dtype], vk.ptr, vk.strides[0] if n else INDEX_KEY_DIM,
-              n, vo.ptr)
+    _lib.call(lib.nvfp4mla_index_key_encode, _lib.INPUT_TYPES[vk.dtype], vk.ptr,
+              vk.strides[0] if n > 1 else INDEX_KEY_DIM, n, vo.ptr)
     return out
 
 
@@ -121,8 +122,9 @@ def write_index_cache(keys, cache, slot_mapping, page_size=DEFAULT_PAGE_SIZE, *,
     keys: [T, 128] bfloat16, float16 or float32 (GPU: rows may be strided, 16-byte aligned);
     cache: uint8 [num_pages, page_size * 132]; slot_mapping: int64 [T], slot = page * page_size +
     offset, negative slots skipped. CPU: a slot >= capacity raises Error before anything is
-    written; returns None. GPU: bad slots are counted in ``invalid_count`` (uint64/int64 [1], set
-    by the call; allocated when None) and nothing is written when it is not zero; returns it."""
+    written, so a given ``invalid_count`` is set to 0; returns None. GPU: bad slots are counted in
+    ``invalid_count`` (uint64/int64 [1], set by the call; allocated when None) and nothing is
+    written when it is not zero; returns it."""
     op = "write_index_cache"
     s = resolve_stream(stream, keys)
     vc = view(cache, s)
@@ -135,13 +137,16 @@ def write_index_cache(keys, cache, slot_mapping, page_size=DEFAULT_PAGE_SIZE, *,
     check(vs, op, "slot_mapping", ("int64",), (n,))
     named = [("cache", vc), ("keys", vk), ("slot_mapping", vs)]
     if not on_gpu:
-        require_device(op, named, CPU)
+        _, vi = _counter(op, "invalid_count", invalid_count, vc, s, False)
+        require_device(op, named + [("invalid_count", vi)], CPU)
         _lib.call(lib.nvfp4mla_write_index_cache, _lib.INPUT_TYPES[vk.dtype], vk.ptr, n, vs.ptr, byref(c_cache))
+        if vi is not None:  # set, as on the GPU: the CPU writer raised on any bad slot
+            memset(vi.ptr, 0, 8)
         return None
     invalid_count, vi = _counter(op, "invalid_count", invalid_count, vc, s, True)
     device = require_device(op, named + [("invalid_count", vi)], CUDA)
     _lib.call(lib.nvfp4mla_cuda_write_index_cache, _lib.INPUT_TYPES[vk.dtype], vk.ptr,
-              vk.strides[0] if n else INDEX_KEY_DIM, n, vs.ptr, byref(c_cache), vi.ptr, device, s)
+              vk.strides[0] if n > 1 else INDEX_KEY_DIM, n, vs.ptr, byref(c_cache), vi.ptr, device, s)
     return invalid_count
 
 
@@ -280,13 +285,18 @@ def _paged(op, q, weights, cache, block_table, context_lens, next_n, page_size, 
     c_cache = _index_cache(op, vc, page_size)
     vb, vl = view(block_table, s), view(context_lens, s)
     check(vb, op, "block_table", ("int32",), (None, None), contiguous=False)
-    requests = vb.shape[0]
+    requests, pages = vb.shape
+    if requests > 1 and pages and vb.strides[0] != pages:
+        # The library takes the row stride for the table's width: it would read past the view's columns.
+        raise _lib.ArgumentError(f"{op}: block_table rows must be contiguous, with a row stride equal to its {pages} "
+                                 f"columns, got a row stride of {vb.strides[0]} (pass a contiguous copy)")
     check(vl, op, "context_lens", ("int32",), (requests,))
-    if int(next_n) < 1 or vq.shape[0] != requests * int(next_n):
+    next_n = _lib.int32(next_n, op, "next_n")
+    if next_n < 1 or vq.shape[0] != requests * next_n:
         raise _lib.ArgumentError(f"{op}: q has {vq.shape[0]} rows but block_table has {requests} requests of next_n "
                                  f"{next_n} rows each")
-    args = IndexerPaged(vq.ptr, vw.ptr, requests, int(next_n), vq.shape[1], c_cache.data, c_cache.num_pages,
-                        c_cache.page_size, vb.ptr, vb.strides[0] if requests > 1 else vb.shape[1], vl.ptr, None, 0)
+    args = IndexerPaged(vq.ptr, vw.ptr, requests, next_n, vq.shape[1], c_cache.data, c_cache.num_pages,
+                        c_cache.page_size, vb.ptr, pages, vl.ptr, None, 0)
     return args, [("q", vq), ("weights", vw), ("cache", vc), ("block_table", vb), ("context_lens", vl)]
 
 
@@ -295,11 +305,13 @@ def indexer_logits_paged(q, weights, cache, block_table, context_lens, out=None,
     """Indexer logits, paged (decode) form over the index key cache.
 
     q: E4M3 [requests * next_n, heads, 128]; weights: float32 [requests * next_n, heads];
-    cache: uint8 [num_pages, page_size * 132]; block_table: int32 [requests, pages] (rows may be
-    strided); context_lens: int32 [requests]. Row b * next_n + i scores the request's positions
-    0 .. context_lens[b] - next_n + i. out: float32 [rows, width] (allocated when None; width
-    defaults to pages * page_size), -inf past each row's length. GPU: bad metadata is counted in
-    ``invalid_count`` (allocated when None) and nothing is written when it is not zero."""
+    cache: uint8 [num_pages, page_size * 132]; block_table: int32 [requests, pages], contiguous
+    (the library takes the row stride for the table's width, so a column slice such as
+    ``table[:, :n]`` is refused: pass a contiguous copy); context_lens: int32 [requests].
+    Row b * next_n + i scores the request's positions 0 .. context_lens[b] - next_n + i.
+    out: float32 [rows, width] (allocated when None; width defaults to pages * page_size), -inf
+    past each row's length. GPU: bad metadata is counted in ``invalid_count`` (allocated when
+    None) and nothing is written when it is not zero."""
     op = "indexer_logits_paged"
     s = resolve_stream(stream, q)
     args, named = _paged(op, q, weights, cache, block_table, context_lens, next_n, page_size, s)
@@ -350,9 +362,11 @@ class TopkPlan:
 def plan_topk(rows, columns, sm_count=None, device=None):
     """Plan the GPU top-k of ``rows`` rows of ``columns`` entries (sm_count queried from ``device``
     when None). Host-only: plan once per shape, outside CUDA-graph capture."""
+    op = "plan_topk"
+    rows, columns = _lib.int32(rows, op, "rows"), _lib.int64(columns, op, "columns")
     c_plan = TopkPlanC()
-    _lib.call(lib.nvfp4mla_plan_topk, int(rows), int(columns), _sm_count(sm_count, device), byref(c_plan))
-    return TopkPlan(c_plan, int(columns))
+    _lib.call(lib.nvfp4mla_plan_topk, rows, columns, _sm_count(op, sm_count, device), byref(c_plan))
+    return TopkPlan(c_plan, columns)
 
 
 def _topk_outputs(op, rows, k, ref, indices, topk_length, values, s):
@@ -399,6 +413,7 @@ def topk(logits, lengths, k, *, plan=None, workspace=None, indices=None, topk_le
     vx = view(logits, s)
     check(vx, op, "logits", ("float32",), (None, None), contiguous=False)
     rows, columns = vx.shape
+    rows = _lib.int32(rows, op, "logits' rows")
     stride = vx.strides[0] if rows > 1 else columns
     named = [("logits", vx)]
     vl = None
@@ -414,7 +429,8 @@ def topk(logits, lengths, k, *, plan=None, workspace=None, indices=None, topk_le
             raise _lib.ArgumentError(f"{op}: positions must have the row stride of logits ({stride}), got "
                                      f"{vp.strides[0]}")
         named.append(("positions", vp))
-    args = Topk(vx.ptr, rows, k, columns, stride, _ptr(vl), _ptr(vp), int(position_offset))
+    args = Topk(vx.ptr, rows, k, columns, stride, _ptr(vl), _ptr(vp),
+                _lib.int64(position_offset, op, "position_offset"))
     if block_table is not None:
         if page_size is None or capacity is None:
             raise _lib.ArgumentError(f"{op}: block_table needs page_size (positions per page) and capacity (the "
@@ -423,7 +439,9 @@ def topk(logits, lengths, k, *, plan=None, workspace=None, indices=None, topk_le
         check(vb, op, "block_table", ("int32",), (None, None), contiguous=False)
         args.block_table, args.requests, args.pages = vb.ptr, vb.shape[0], vb.shape[1]
         args.table_stride = vb.strides[0] if vb.shape[0] > 1 else vb.shape[1]
-        args.page_size, args.rows_per_request, args.capacity = int(page_size), int(rows_per_request), int(capacity)
+        args.page_size = _lib.int32(page_size, op, "page_size")
+        args.rows_per_request = _lib.int32(rows_per_request, op, "rows_per_request")
+        args.capacity = _lib.int64(capacity, op, "capacity")
         named.append(("block_table", vb))
     kind, _ = _where(op, named)
     results, out, out_named = _topk_outputs(op, rows, k, vx, indices, topk_length, values, s)
@@ -504,20 +522,25 @@ def plan_fused_select(requests, max_context, k, *, next_n=1, heads=64, page_size
     """Plan fused selection, paged (decode) form: ``requests`` x ``next_n`` rows, contexts up to
     ``max_context`` positions, top ``k``. chunk 0: the planner's choice (one chunk while the
     logits fit 64 MiB), else a positive multiple of page_size. Host-only."""
+    op = "plan_fused_select"
+    requests, next_n = _lib.int64(requests, op, "requests"), _lib.int32(next_n, op, "next_n")
+    heads, page_size = _lib.int32(heads, op, "heads"), _lib.int64(page_size, op, "page_size")
+    max_context, k, chunk = _lib.int64(max_context, op, "max_context"), _k(op, k), _lib.int64(chunk, op, "chunk")
     c = FusedSelectPlanC()
-    sms = _sm_count(sm_count, device)
-    _lib.call(lib.nvfp4mla_plan_fused_select, int(requests), int(next_n), int(heads), int(page_size),
-              int(max_context), _k("plan_fused_select", k), int(chunk), sms, byref(c))
-    return FusedSelectPlan(c, False, int(requests), int(next_n), int(heads), int(page_size), int(max_context), int(k))
+    sms = _sm_count(op, sm_count, device)
+    _lib.call(lib.nvfp4mla_plan_fused_select, requests, next_n, heads, page_size, max_context, k, chunk, sms, byref(c))
+    return FusedSelectPlan(c, False, requests, next_n, heads, page_size, max_context, k)
 
 
 def plan_fused_select_ragged(rows, max_length, k, *, heads=64, chunk=0, sm_count=None, device=None):
     """Plan fused selection, ragged (prefill) form: ``rows`` rows of up to ``max_length`` keys."""
+    op = "plan_fused_select_ragged"
+    rows, heads = _lib.int64(rows, op, "rows"), _lib.int32(heads, op, "heads")
+    max_length, k, chunk = _lib.int64(max_length, op, "max_length"), _k(op, k), _lib.int64(chunk, op, "chunk")
     c = FusedSelectPlanC()
-    sms = _sm_count(sm_count, device)
-    _lib.call(lib.nvfp4mla_plan_fused_select_ragged, int(rows), int(heads), int(max_length),
-              _k("plan_fused_select_ragged", k), int(chunk), sms, byref(c))
-    return FusedSelectPlan(c, True, int(rows), 1, int(heads), 1, int(max_length), int(k))
+    sms = _sm_count(op, sm_count, device)
+    _lib.call(lib.nvfp4mla_plan_fused_select_ragged, rows, heads, max_length, k, chunk, sms, byref(c))
+    return FusedSelectPlan(c, True, rows, 1, heads, 1, max_length, k)
 
 
 def _run_fused(op, plan, args, named, ref, workspace, indices, topk_length, values, invalid_count, s, fns):

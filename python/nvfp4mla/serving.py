@@ -49,9 +49,13 @@ def plan_route(config, num_speculative_tokens, max_query_len=1, any_prefill=Fals
     mode: 'off'/'auto'/'on' (any accepted spelling); None reads $VLLM_B12X_MLA_SPEC_EXTEND_AS_DECODE
     (from ``environ``, default os.environ), else 'auto'. decode_row_budget: rows the decode
     scratch holds (default: decode_rows)."""
-    batch = VerifierBatch(int(num_speculative_tokens), int(max_query_len), 1 if any_prefill else 0,
-                          int(max_q_per_request), int(decode_rows),
-                          int(decode_rows if decode_row_budget is None else decode_row_budget))
+    op = "plan_route"
+    batch = VerifierBatch(_lib.int32(num_speculative_tokens, op, "num_speculative_tokens"),
+                          _lib.int32(max_query_len, op, "max_query_len"), 1 if any_prefill else 0,
+                          _lib.int32(max_q_per_request, op, "max_q_per_request"),
+                          _lib.int64(decode_rows, op, "decode_rows"),
+                          _lib.int64(decode_rows if decode_row_budget is None else decode_row_budget, op,
+                                     "decode_row_budget"))
     route, reason = c_int32(), c_char_p()
     _lib.call(lib.nvfp4mla_plan_route, _mode_code(mode, environ), _spec(config)[0], byref(batch), byref(route),
               byref(reason))
@@ -63,7 +67,7 @@ def decode_q_per_request(config, num_speculative_tokens, mode=None, environ=None
     the decode route, else 1."""
     out = c_int32()
     _lib.call(lib.nvfp4mla_decode_q_per_request, _mode_code(mode, environ), _spec(config)[0],
-              int(num_speculative_tokens), byref(out))
+              _lib.int32(num_speculative_tokens, "decode_q_per_request", "num_speculative_tokens"), byref(out))
     return out.value
 
 
@@ -73,12 +77,15 @@ def verifier_rows(context_lens, tokens_per_request, topk, padded_rows=0):
     real ones (up to padded_rows, e.g. for a CUDA graph) get length 0.
     Returns (causal_len int64 [rows], topk_length int32 [rows]) as numpy arrays."""
     import numpy
+    op = "verifier_rows"
+    tokens_per_request, topk = _lib.int32(tokens_per_request, op, "tokens_per_request"), _lib.int32(topk, op, "topk")
+    padded_rows = _lib.int64(padded_rows, op, "padded_rows")
     lens = numpy.ascontiguousarray(numpy.asarray(context_lens, dtype=numpy.int64).reshape(-1))
-    rows = max(lens.shape[0] * int(tokens_per_request), int(padded_rows))
+    rows = max(lens.shape[0] * tokens_per_request, padded_rows)
     causal = numpy.zeros(rows, dtype=numpy.int64)
     lengths = numpy.zeros(rows, dtype=numpy.int32)
-    _lib.call(lib.nvfp4mla_verifier_rows, lens.ctypes.data, lens.shape[0], int(tokens_per_request), int(topk),
-              int(padded_rows), causal.ctypes.data, lengths.ctypes.data)
+    _lib.call(lib.nvfp4mla_verifier_rows, lens.ctypes.data, lens.shape[0], tokens_per_request, topk, padded_rows,
+              causal.ctypes.data, lengths.ctypes.data)
     return causal, lengths
 
 
@@ -116,9 +123,17 @@ def plan_scratch(config, num_heads, max_num_seqs, max_num_batched_tokens=None, t
     if max_num_batched_tokens is None:
         max_num_batched_tokens = int(max_num_seqs) * 64
     dtype, rope, scale = _spec(config)
-    request = ScratchRequest(dtype, rope, scale, int(num_heads), int(dcp_world_size), int(topk), int(max_num_seqs),
-                             int(max_num_batched_tokens), int(num_speculative_tokens), _mode_code(mode, environ),
-                             1 if partials == "bf16" else 0, int(splits), int(sm_count), int(compute_capability))
+    op = "plan_scratch"
+
+    def i32(value, name):
+        return _lib.int32(value, op, name)
+
+    request = ScratchRequest(dtype, rope, scale, i32(num_heads, "num_heads"), i32(dcp_world_size, "dcp_world_size"),
+                             i32(topk, "topk"), i32(max_num_seqs, "max_num_seqs"),
+                             _lib.int64(max_num_batched_tokens, op, "max_num_batched_tokens"),
+                             i32(num_speculative_tokens, "num_speculative_tokens"), _mode_code(mode, environ),
+                             1 if partials == "bf16" else 0, i32(splits, "splits"), i32(sm_count, "sm_count"),
+                             i32(compute_capability, "compute_capability"))
     plan = ScratchPlanC()
     _lib.call(lib.nvfp4mla_plan_scratch, byref(request), byref(plan))
     return ScratchPlan(*(getattr(plan, name) for name, _ in ScratchPlanC._fields_))
@@ -135,8 +150,10 @@ class CapacityPlan:
 def plan_capacity(config, layers, memory_gib, reserved_gib=0.0, indexer_bytes_per_token=_lib.INDEX_KEY_RECORD_BYTES, page_size=64):
     """Tokens of KV cache (records + DSA indexer keys) that fit in a memory budget."""
     dtype, rope, scale = _spec(config)
-    request = CapacityRequest(dtype, rope, scale, int(layers), int(indexer_bytes_per_token), int(page_size),
-                              float(memory_gib), float(reserved_gib))
+    op = "plan_capacity"
+    request = CapacityRequest(dtype, rope, scale, _lib.int32(layers, op, "layers"),
+                              _lib.int32(indexer_bytes_per_token, op, "indexer_bytes_per_token"),
+                              _lib.int32(page_size, op, "page_size"), float(memory_gib), float(reserved_gib))
     plan = CapacityPlanC()
     _lib.call(lib.nvfp4mla_plan_capacity, byref(request), byref(plan))
     return CapacityPlan(*(getattr(plan, name) for name, _ in CapacityPlanC._fields_))

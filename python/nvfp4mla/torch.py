@@ -386,7 +386,8 @@ def _counter(ref, counter):
 
 def write_index_cache(keys, cache, slot_mapping, page_size=_sel.DEFAULT_PAGE_SIZE, invalid_count=None):
     """nvfp4mla.write_index_cache through torch.ops.nvfp4mla.write_index_cache (mutates cache and
-    invalid_count, allocated when None); returns invalid_count."""
+    invalid_count, allocated when None); returns invalid_count (set to 0 on the CPU, whose writer
+    raises on a bad slot instead)."""
     invalid_count = _counter(cache, invalid_count)
     torch.ops.nvfp4mla.write_index_cache(keys, cache, slot_mapping, invalid_count, int(page_size))
     return invalid_count

@@ -93,6 +93,13 @@ def test_plan_decode_errors():
         nvfp4mla.plan_decode(cfg, rows=1, heads=0, topk=64, sm_count=132)
     with pytest.raises(nvfp4mla.Error, match="SM count must be positive"):
         nvfp4mla.plan_decode(cfg, rows=1, heads=16, topk=64, sm_count=0)
+    # Not truncated to their low 32 bits on the way to C (rows 1, topk 64).
+    with pytest.raises(nvfp4mla.ArgumentError, match=r"plan_decode: rows must be in .*, got 4294967297"):
+        nvfp4mla.plan_decode(cfg, rows=2 ** 32 + 1, heads=16, topk=64, sm_count=132)
+    with pytest.raises(nvfp4mla.ArgumentError, match="plan_decode: topk"):
+        nvfp4mla.plan_decode(cfg, rows=1, heads=16, topk=2 ** 32 + 64, sm_count=132)
+    with pytest.raises(nvfp4mla.ArgumentError, match="extend_staging_bytes: rows"):
+        nvfp4mla.extend_staging_bytes(1024, 2 ** 32 + 4, 64)
 
 
 def test_reference_argument_checks():

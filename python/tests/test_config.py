@@ -1,5 +1,6 @@
 """FormatConfig: flags, the vLLM variables, validation messages and record identities."""
 import hashlib
+import os
 
 import pytest
 
@@ -55,6 +56,23 @@ def test_static_identity_names_the_calibration_file(calibration_file, cli):
     assert c.for_layer(2).record_abi() == c.record_abi()
     assert c.scales_file == str(calibration_file)
     assert nvfp4mla.FormatConfig().scales_file is None
+
+
+def test_scales_file_may_be_bytes_or_a_path(calibration_file):
+    for path in (os.fsencode(calibration_file), calibration_file, str(calibration_file)):
+        c = nvfp4mla.FormatConfig(scales_file=path, layer=1)
+        assert c.scales_file == str(calibration_file) and c.layer == 1
+
+
+def test_layers_outside_int32_are_refused_not_truncated(calibration_file):
+    # ctypes keeps the low 32 bits: 2**32 was layer 0.
+    with pytest.raises(nvfp4mla.ArgumentError, match=r"FormatConfig: layer must be in .*, got 4294967296"):
+        nvfp4mla.FormatConfig(scales_file=calibration_file, layer=2 ** 32)
+    c = nvfp4mla.FormatConfig(scales_file=calibration_file, layer=1)
+    with pytest.raises(nvfp4mla.ArgumentError, match="layer_scale_for: layer"):
+        c.layer_scale_for(2 ** 32 + 3)
+    with pytest.raises(nvfp4mla.ArgumentError, match="FormatConfig: layer"):
+        c.for_layer(-2 ** 31 - 1)
 
 
 def test_static_without_a_layer_serves_identity_but_not_kernels(calibration_file):

@@ -56,6 +56,34 @@ def test_write_cache_is_bit_identical_to_the_cpu_encoder(f, dtype):
     assert (got[untouched] == 0x5A).all()
 
 
+class _OnlyDLPack:
+    """A producer that only speaks DLPack (the general path, not the torch fast path)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_write_cache_takes_one_token_of_any_row_stride():
+    cfg = nvfp4mla.FormatConfig()
+    kv_c, k_pe = tokens(1, seed=3)
+    slots = torch.tensor([5], device=DEV)
+    want = cache_for(cfg, blocks=1, block_size=8)
+    nvfp4mla.write_cache(kv_c, k_pe, want, slots, cfg)
+    one_kv, one_pe = kv_c[0].expand(1, 512), k_pe[0].expand(1, 64)  # row stride 0
+    assert one_kv.stride(0) == 0 and one_pe.stride(0) == 0
+    for wrap in (lambda t: t, _OnlyDLPack):
+        got = cache_for(cfg, blocks=1, block_size=8)
+        nvfp4mla.write_cache(wrap(one_kv), wrap(one_pe), got, slots, cfg)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want)
+
+
 def test_write_cache_counts_out_of_range_slots():
     cfg = nvfp4mla.FormatConfig(rope="fp8", scale_mode="dynamic")
     kv_c, k_pe = tokens(4, seed=2)

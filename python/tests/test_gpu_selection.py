@@ -61,6 +61,19 @@ def test_write_index_cache_is_bit_identical_to_the_cpu(dtype):
     assert torch.equal(values.cpu(), want_values) and torch.equal(scales.cpu(), want_scales)
 
 
+def test_write_index_cache_takes_one_key_of_any_row_stride():
+    keys = torch.from_numpy(random_keys(1, seed=2)).to(DEV)
+    slots = torch.tensor([70], device=DEV)
+    want = torch.zeros((2, 64 * RB), dtype=torch.uint8, device=DEV)
+    nvfp4mla.write_index_cache(keys, want, slots)
+    one = keys[0].expand(1, 128)  # row stride 0
+    assert one.stride(0) == 0
+    got = torch.zeros_like(want)
+    count = nvfp4mla.write_index_cache(one, got, slots)
+    torch.cuda.synchronize()
+    assert count.item() == 0 and torch.equal(got, want)
+
+
 def test_index_cache_bad_slots_are_counted_and_nothing_is_written():
     keys = torch.randn(3, 128, device=DEV)
     cache = torch.full((2, 64 * RB), 0x11, dtype=torch.uint8, device=DEV)

@@ -70,6 +70,15 @@ def test_encode_reads_strided_rows():
     assert np.array_equal(nvfp4mla.encode(joint[:, :512], joint[:, 512:], cfg), nvfp4mla.encode(kv_c, k_pe, cfg))
 
 
+def test_encode_takes_one_token_of_any_row_stride():
+    kv_c, k_pe = random_tokens(1, seed=16)
+    cfg = nvfp4mla.FormatConfig()
+    want = nvfp4mla.encode(kv_c, k_pe, cfg)
+    one_kv, one_pe = kv_c[0][None], k_pe[0][None]  # numpy reports a row stride of 0 for these
+    assert one_kv.strides[0] == 0 and one_pe.strides[0] == 0
+    assert np.array_equal(nvfp4mla.encode(one_kv, one_pe, cfg), want)
+
+
 def test_decode_accepts_paged_records_and_outputs():
     cfg = nvfp4mla.FormatConfig(rope="fp8")
     kv_c, k_pe = random_tokens(12, seed=6)
@@ -153,6 +162,20 @@ def test_strides_are_checked():
     with pytest.raises(nvfp4mla.ArgumentError, match="kv_c must be contiguous"):
         nvfp4mla.write_cache(joint[:, :512], joint[:, 512:], np.zeros((8, cfg.record_bytes), np.uint8),
                              np.arange(4, dtype=np.int64), cfg)
+
+
+def test_non_native_byte_order_is_refused():
+    """numpy names a byte-swapped float32 'float32' too: it is refused, not read in native order."""
+    cfg = nvfp4mla.FormatConfig()
+    kv_c, k_pe = random_tokens(2, seed=17)
+    swapped = kv_c.astype(kv_c.dtype.newbyteorder("S"))
+    with pytest.raises(nvfp4mla.ArgumentError, match="byte order"):
+        nvfp4mla.encode(swapped, k_pe, cfg)
+    slots = np.arange(2, dtype=np.dtype(np.int64).newbyteorder("S"))
+    with pytest.raises(nvfp4mla.ArgumentError, match="byte order"):
+        nvfp4mla.write_cache(kv_c, k_pe, np.zeros((4, cfg.record_bytes), np.uint8), slots, cfg)
+    native = swapped.astype(swapped.dtype.newbyteorder("="))
+    assert np.array_equal(nvfp4mla.encode(native, k_pe, cfg), nvfp4mla.encode(kv_c, k_pe, cfg))
 
 
 def test_cache_width_and_slot_dtype_are_checked():

@@ -104,6 +104,13 @@ def test_encode_index_keys_follows_the_recipe():
     assert np.array_equal(nvfp4mla.encode_index_keys(bf16_bits(keys)), records)
 
 
+def test_encode_index_keys_takes_one_key_of_any_row_stride():
+    keys = random_keys(1, seed=30)
+    one = keys[0][None]  # numpy reports a row stride of 0
+    assert one.strides[0] == 0
+    assert np.array_equal(nvfp4mla.encode_index_keys(one), nvfp4mla.encode_index_keys(keys))
+
+
 def cache_bytes_of(records, slots, num_pages, page_size, fill):
     """The index cache a writer must leave: index_key.h's layout, built here byte by byte."""
     cache = np.full((num_pages, page_size * RB), fill, np.uint8)
@@ -157,6 +164,22 @@ def test_index_cache_bad_slots_raise_and_write_nothing():
         nvfp4mla.gather_index_records(cache, np.array([0, -1]))
     with pytest.raises(nvfp4mla.Error):
         nvfp4mla.gather_index_keys(cache, np.array([200]))
+
+
+def test_write_index_cache_on_the_cpu_sets_a_given_counter():
+    """The CPU writer raises on a bad slot, so a counter given to it is set to 0, as the GPU sets
+    it (nvfp4mla.torch.write_index_cache returned an uninitialised one)."""
+    keys, cache = random_keys(3, seed=32), np.zeros((2, 64 * RB), np.uint8)
+    for dtype in (np.int64, np.uint64):
+        count = np.full(1, 7, dtype)
+        assert nvfp4mla.write_index_cache(keys, cache, np.arange(3), invalid_count=count) is None
+        assert count.tolist() == [0]
+    count = np.full(1, 7, np.int64)
+    with pytest.raises(nvfp4mla.Error, match="slot"):
+        nvfp4mla.write_index_cache(keys, cache, np.array([0, 128, 1]), invalid_count=count)
+    assert count.tolist() == [7]
+    with pytest.raises(nvfp4mla.ArgumentError, match="invalid_count must be uint64 or int64"):
+        nvfp4mla.write_index_cache(keys, cache, np.arange(3), invalid_count=np.zeros(1, np.int32))
 
 
 def test_index_cache_argument_checks():
@@ -393,6 +416,58 @@ def test_fused_select_ragged_equals_logits_then_topk():
     values = np.empty((4, 30), np.float32)
     got = nvfp4mla.fused_select_ragged(q, w, records, starts, ends, plan, values=values)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_paged_block_table_rows_must_be_contiguous():
+    """The library takes a block table's row stride for its width: a column slice of a wider table
+    would have it read pages outside the view, so it is refused; one request may be any view."""
+    q, w, cache, table, lens = paged_problem(25)
+    wide = np.full((3, 12), 23, np.int32)
+    wide[:, :8] = table
+    plan = nvfp4mla.plan_fused_select(3, 128, 20, next_n=2, heads=8, page_size=16, sm_count=132)
+    match = r"block_table rows must be contiguous, with a row stride equal to its 8 columns, got a row stride of 12"
+    with pytest.raises(nvfp4mla.ArgumentError, match=match):
+        nvfp4mla.indexer_logits_paged(q, w, cache, wide[:, :8], lens, next_n=2, page_size=16)
+    with pytest.raises(nvfp4mla.ArgumentError, match=match):
+        nvfp4mla.fused_select(q, w, cache, wide[:, :8], lens, plan)
+    # A one-page view of a [2, 4] table with two-page contexts: read outside the view before.
+    q2, w2 = q[:2], w[:2]
+    parent = np.array([[0, 1, 2, 3], [4, 5, 6, 7]], np.int32)
+    with pytest.raises(nvfp4mla.ArgumentError, match="block_table rows must be contiguous"):
+        nvfp4mla.indexer_logits_paged(q2, w2, cache, parent[:, :1], np.array([20, 30], np.int32), page_size=16,
+                                      width=64)
+    want = nvfp4mla.indexer_logits_paged(q, w, cache, table, lens, next_n=2, page_size=16)
+    copy = np.ascontiguousarray(wide[:, :8])
+    assert np.array_equal(nvfp4mla.indexer_logits_paged(q, w, cache, copy, lens, next_n=2, page_size=16), want)
+    one = nvfp4mla.indexer_logits_paged(q[:2], w[:2], cache, wide[:1, :8], lens[:1], next_n=2, page_size=16)
+    assert np.array_equal(one, want[:2])
+    plan1 = nvfp4mla.plan_fused_select(1, 128, 20, next_n=2, heads=8, page_size=16, sm_count=132)
+    got = nvfp4mla.fused_select(q[:2], w[:2], cache, wide[:1, :8], lens[:1], plan1)
+    want1 = nvfp4mla.fused_select(q[:2], w[:2], cache, table[:1].copy(), lens[:1], plan1)
+    assert np.array_equal(got[0], want1[0]) and np.array_equal(got[1], want1[1])
+
+
+def test_integers_outside_their_c_type_are_refused_not_truncated():
+    # ctypes keeps the low bits of an int: 2**32 + 3 rows were 3 rows.
+    with pytest.raises(nvfp4mla.ArgumentError, match=r"plan_topk: rows must be in .*, got 4294967299"):
+        nvfp4mla.plan_topk(2 ** 32 + 3, 100, sm_count=132)
+    with pytest.raises(nvfp4mla.ArgumentError, match="plan_topk: sm_count"):
+        nvfp4mla.plan_topk(4, 100, sm_count=2 ** 32 + 132)
+    with pytest.raises(nvfp4mla.ArgumentError, match="plan_fused_select: next_n"):
+        nvfp4mla.plan_fused_select(3, 128, 20, next_n=2 ** 32 + 2, sm_count=132)
+    with pytest.raises(nvfp4mla.ArgumentError, match="plan_fused_select_ragged: heads"):
+        nvfp4mla.plan_fused_select_ragged(4, 128, 20, heads=2 ** 32 + 8, sm_count=132)
+    x = np.zeros((4, 128), np.float32)
+    table = np.zeros((4, 2), np.int32)
+    with pytest.raises(nvfp4mla.ArgumentError, match="topk: page_size"):
+        nvfp4mla.topk(x, None, 4, block_table=table, page_size=2 ** 32 + 64, capacity=128)
+    with pytest.raises(nvfp4mla.ArgumentError, match="topk: rows_per_request"):
+        nvfp4mla.topk(x, None, 4, block_table=table, page_size=64, capacity=128, rows_per_request=2 ** 32 + 1)
+    with pytest.raises(nvfp4mla.ArgumentError, match="topk: position_offset"):
+        nvfp4mla.topk(x, None, 4, position_offset=2 ** 64)
+    q, w, cache, table, lens = paged_problem(26)
+    with pytest.raises(nvfp4mla.ArgumentError, match="indexer_logits_paged: next_n"):
+        nvfp4mla.indexer_logits_paged(q, w, cache, table, lens, next_n=2 ** 32 + 2, page_size=16)
 
 
 def test_fused_select_checks():

@@ -92,6 +92,22 @@ def test_planner_errors_carry_the_library_message():
         nvfp4mla.plan_scratch(cfg, num_heads=16, max_num_seqs=4, partials="fp16")
 
 
+def test_planner_integers_outside_their_c_type_are_refused_not_truncated():
+    cfg = nvfp4mla.FormatConfig()
+    with pytest.raises(nvfp4mla.ArgumentError, match=r"plan_scratch: num_heads must be in .*, got 4294967312"):
+        nvfp4mla.plan_scratch(cfg, num_heads=2 ** 32 + 16, max_num_seqs=4)
+    with pytest.raises(nvfp4mla.ArgumentError, match="plan_scratch: max_num_batched_tokens"):
+        nvfp4mla.plan_scratch(cfg, num_heads=16, max_num_seqs=4, max_num_batched_tokens=2 ** 63)
+    with pytest.raises(nvfp4mla.ArgumentError, match="plan_capacity: layers"):
+        nvfp4mla.plan_capacity(cfg, layers=2 ** 32 + 61, memory_gib=80)
+    with pytest.raises(nvfp4mla.ArgumentError, match="plan_route: num_speculative_tokens"):
+        nvfp4mla.plan_route(cfg, 2 ** 32 + 1, mode="on")
+    with pytest.raises(nvfp4mla.ArgumentError, match="decode_q_per_request: num_speculative_tokens"):
+        nvfp4mla.decode_q_per_request(cfg, 2 ** 32 + 1, mode="on")
+    with pytest.raises(nvfp4mla.ArgumentError, match="verifier_rows: tokens_per_request"):
+        nvfp4mla.verifier_rows([1, 2], tokens_per_request=2 ** 32 + 2, topk=64)
+
+
 def test_verifier_rows():
     causal, lengths = nvfp4mla.verifier_rows([10, 3000], tokens_per_request=2, topk=2048, padded_rows=6)
     assert causal.tolist() == [11, 12, 3001, 3002, 0, 0]

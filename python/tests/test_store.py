@@ -69,3 +69,16 @@ def test_errors(tmp_path):
         nvfp4mla.Store(tmp_path, nvfp4mla.FormatConfig(), 4, 2, model_identity="")
     with pytest.raises(nvfp4mla.Error, match="SHA-256"):
         nvfp4mla.Store(tmp_path, nvfp4mla.FormatConfig(layer_scale=0.5), 4, 2, model_identity="m")
+
+
+def test_sizes_outside_their_c_type_are_refused_not_wrapped(tmp_path):
+    # ctypes wraps -1 to 2**64 - 1 bytes and keeps the low 32 bits of 2**32 + 4.
+    with pytest.raises(nvfp4mla.ArgumentError, match=r"Store: dram_capacity_bytes must be in 0\.\..*, got -1"):
+        open_store(tmp_path, dram_capacity_bytes=-1)
+    with pytest.raises(nvfp4mla.ArgumentError, match="Store: disk_capacity_bytes"):
+        open_store(tmp_path, disk_capacity_bytes=2 ** 64)
+    with pytest.raises(nvfp4mla.ArgumentError, match="Store: tokens_per_block"):
+        nvfp4mla.Store(tmp_path, nvfp4mla.FormatConfig(rope="fp8", scale_mode="dynamic"), 2 ** 32 + 4, 2,
+                       model_identity="m")
+    with open_store(tmp_path, dram_capacity_bytes=2 ** 64 - 1) as s:  # the whole range is accepted
+        assert s.stats()["dram"]["capacity_bytes"] == 2 ** 64 - 1
