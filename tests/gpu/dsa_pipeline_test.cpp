@@ -25,6 +25,7 @@
 #include "support/attention_oracle.h"
 #include "nvfp4mla/testing/dsa_problem.h"
 #include "support/eval_small.h"
+#include "support/expect_error.h"
 #include "support/output_compare.h"
 #include "support/record_specs.h"
 
@@ -269,8 +270,31 @@ TEST(DsaPipelineGpu, HostErrorsThrowBeforeLaunch) {
   DsaDecodeArgs bad = a;
   bad.k = 0;
   EXPECT_THROW(cuda::dsa_decode(bad, plan, ws.get(), ws.size(), d.outputs(), d.errors.get(), nullptr), Error);
+  // The GPU parts' own rules, refused before either cache is written: misaligned index keys (the
+  // index cache writer's rule), a page size the paged indexer cannot take.
+  const std::vector<uint8_t> latent_before = d.latent.download();
+  DsaDecodeArgs keys = a;
+  keys.tokens.index_k += 1;
+  nvfp4mla::testing::expect_error_containing(
+      [&] { cuda::dsa_decode(keys, plan, ws.get(), ws.size(), d.outputs(), d.errors.get(), nullptr); }, "index_k must be 16-byte aligned");
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_EQ(d.length.download()[0], 0x7F7F7F7F);  // nothing ran
+  EXPECT_EQ(d.latent.download(), latent_before);
+  // Pages of 2 tokens: valid on the CPU, refused on the GPU before anything is written.
+  DsaProblemShape s2 = s;
+  s2.page_size = 2;
+  s2.context_lens = {40};
+  s2.k = 16;
+  const DsaProblem p2 = dsa_problem(s2);
+  DeviceStep d2(p2);
+  const DsaDecodeArgs a2 = d2.args(p2);
+  const DsaDecodePlan plan2 = plan_dsa_decode(a2, sm_count());
+  DeviceBuffer<uint8_t> ws2(plan2.workspace_bytes + 256);
+  const std::vector<uint8_t> latent2_before = d2.latent.download();
+  nvfp4mla::testing::expect_error_containing(
+      [&] { cuda::dsa_decode(a2, plan2, ws2.get(), ws2.size(), d2.outputs(), d2.errors.get(), nullptr); }, "multiple of 4");
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(d2.latent.download(), latent2_before);
 }
 
 // The eval's pipeline section on the GPU (cuda::dsa_decode) against the CPU (the reference): the
