@@ -1,5 +1,6 @@
 // C ABI: the tiered KV offload store (offload/store.h).
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -45,9 +46,13 @@ void run_batch(offload::Store& store, int64_t n, const uint8_t* const* keys, con
   require(key_bytes, "key_bytes");
   require(blocks, "blocks");
   require(status, "status");
+  // Every item is checked before any is submitted: on a validation failure nothing happens.
+  const char* blocks_name = std::is_same_v<Request, offload::PutRequest> ? "blocks" : "outs";
   std::vector<Request> requests(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n; ++i) {
+    if (!blocks[i]) throw Error(std::string(blocks_name) + "[" + std::to_string(i) + "] is required (null pointer)");
     requests[i] = {key_of(keys[i], key_bytes[i]), {blocks[i], static_cast<size_t>(store.block_bytes())}};
+  }
   offload::BatchResult result;
   if constexpr (std::is_same_v<Request, offload::PutRequest>) result = store.put_async(std::move(requests)).get();
   else result = store.get_async(std::move(requests)).get();

@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +13,7 @@
 #include "nvfp4mla/bench.h"
 #include "nvfp4mla/config.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/safetensors.h"
 
 namespace nvfp4mla::cli {
 namespace {
@@ -94,9 +94,8 @@ void print_ceilings(const bench::Ceilings& c, const bench::Options& o) {
 
 void write_json(const std::string& path, const nlohmann::json& j) {
   if (path.empty()) return;
-  std::ofstream out(path);
-  if (!out) throw Error("cannot write " + path);
-  out << j.dump(2) << "\n";
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic(path, text.data(), text.size());
 }
 
 void run_decode_bench(const BenchFlags& f) {

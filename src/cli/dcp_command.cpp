@@ -3,7 +3,6 @@
 // and the attention output difference against the exact global top-k, per (ranks, interleave,
 // per-rank k). `dcp run` (dcp_run_command.cpp): one process of a multi-GPU run over NCCL.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "commands.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/dcp_union.h"
+#include "nvfp4mla/safetensors.h"
 
 namespace nvfp4mla::cli {
 namespace {
@@ -43,8 +43,8 @@ void run_union(const eval::DcpUnionOptions& o, const std::string& json_path) {
   }
   if (!json_path.empty()) {
     const nlohmann::json j = {{"context", o.context}, {"rows", o.rows}, {"k", o.k}, {"seed", o.seed}, {"cells", cells_json}};
-    std::ofstream f(json_path);
-    if (!(f << j.dump(2) << '\n')) throw Error("dcp union: cannot write " + json_path);
+    const std::string text = j.dump(2) + "\n";
+    write_file_atomic(json_path, text.data(), text.size());
   }
 }
 

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <utility>
 #include <string>
@@ -22,6 +21,7 @@
 #include "nvfp4mla/dcp_id_file.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/format.h"
+#include "nvfp4mla/safetensors.h"
 #include "nvfp4mla/serving/planner.h"
 
 #if defined(NVFP4MLA_WITH_CUDA)
@@ -549,12 +549,8 @@ void run_gpu(const RunOptions& o, const std::vector<RecordSpec>& specs) {
                               {"k", o.k},             {"next_n", o.next_n},         {"iters", o.iters},
                               {"seed", o.seed},       {"device", prop.name},        {"nccl_nvls_enable", std::getenv("NCCL_NVLS_ENABLE")},
                               {"cases", cases},       {"capacity", cap},            {"failed_cases", failed}};
-    const std::string tmp = o.json + ".tmp";
-    {
-      std::ofstream f(tmp);
-      if (!(f << j.dump(2) << '\n')) throw Error("dcp run: cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), o.json.c_str()) != 0) throw Error("dcp run: cannot write " + o.json);
+    const std::string text = j.dump(2) + "\n";
+    write_file_atomic(o.json, text.data(), text.size());
   }
   if (failed) throw Error("dcp run: " + std::to_string(failed) + " of " + std::to_string(cases.size()) + " cases failed (rank " +
                           std::to_string(o.rank) + ")");

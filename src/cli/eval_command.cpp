@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/evaluation.h"
 #include "nvfp4mla/eval/plot.h"
+#include "nvfp4mla/safetensors.h"
 
 namespace nvfp4mla::cli {
 
@@ -62,19 +62,9 @@ class ProgressBar {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
+// Atomically: a failed write reports its errno and leaves neither the file nor a temporary.
 void write_text_file(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path partial = path.string() + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) throw Error("cannot write '" + partial.string() + "' (does the folder exist and is it writable?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(partial, path, ec);
-  if (ec) {
-    std::filesystem::remove(partial, ec);
-    throw Error("cannot write '" + path.string() + "': " + ec.message());
-  }
+  write_file_atomic(path, text.data(), text.size());
 }
 
 struct EvalFlags {
@@ -111,9 +101,12 @@ int64_t parse_length(const std::string& s) {
     throw Error("invalid context length '" + s + "': use a token count such as 4096, 64k or 1M");
   }
   const std::string suffix = s.substr(used);
-  if (suffix == "k" || suffix == "K") v *= 1024;
-  else if (suffix == "m" || suffix == "M") v *= 1024 * 1024;
+  long long unit = 1;
+  if (suffix == "k" || suffix == "K") unit = 1024;
+  else if (suffix == "m" || suffix == "M") unit = 1024 * 1024;
   else if (!suffix.empty()) throw Error("invalid context length '" + s + "': use a token count such as 4096, 64k or 1M");
+  if (v < 0) throw Error("invalid context length '" + s + "': it is negative; use a token count such as 4096, 64k or 1M");
+  if (__builtin_mul_overflow(v, unit, &v)) throw Error("invalid context length '" + s + "': it is too large");
   return v;
 }
 

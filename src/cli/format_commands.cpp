@@ -1,6 +1,7 @@
 // encode, decode, inspect and abi: the record format on the command line. Tensors travel in
 // safetensors files; every output is written atomically.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -119,8 +120,9 @@ std::vector<int64_t> parse_record_selection(const std::string& text, int64_t cou
   auto parse_index = [&](const std::string& s) -> int64_t {
     if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
       throw Error("--records: '" + text + "' is not a list of record indices such as 0,5,9 or 2-8");
-    const int64_t v = std::stoll(s);
-    if (v >= count)
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size() || v >= count)  // out of range: beyond int64
       throw Error("--records: record " + s + " does not exist (the file holds " + std::to_string(count) + " records)");
     return v;
   };

@@ -42,7 +42,13 @@ double mib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 void print_json(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
 
+void require_not_negative(int64_t v, const char* flag) {
+  if (v < 0) throw Error(std::string(flag) + " must not be negative, got " + std::to_string(v));
+}
+
 void run_route(const FormatFlags& f, const PlanArgs& a) {
+  require_not_negative(a.decode_rows, "--decode-rows");
+  require_not_negative(a.decode_row_budget, "--decode-row-budget");
   const FormatConfig cfg = f.config();
   VerifierBatchShape b;
   b.num_speculative_tokens = a.spec_tokens;
@@ -63,6 +69,7 @@ void run_route(const FormatFlags& f, const PlanArgs& a) {
 }
 
 void run_scratch(const FormatFlags& f, const PlanArgs& a) {
+  require_not_negative(a.max_batched_tokens, "--max-batched-tokens");
   const FormatConfig cfg = f.config();
   ScratchRequest r;
   r.spec = cfg.spec();

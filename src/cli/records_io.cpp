@@ -29,14 +29,24 @@ RecordRows require_records(TensorMap& m, const std::string& origin, const Format
     throw Error(origin + ": records are " + std::to_string(width) + " bytes wide but the configuration (" +
                 cfg.describe() + ") expects " + std::to_string(cfg.record_bytes()) +
                 "-byte records; pass the format flags the records were written with");
+  const bool reading_static = cfg.scale_mode() == ScaleMode::static_calibrated;
   const auto written_as = metadata.find(kMetaIdentity);
   const auto reading_as = identity_if_any(cfg);
-  if (written_as != metadata.end() && reading_as && written_as->second != *reading_as)
+  // A bare --layer-scale has no identity to compare: the records must still be static ones (the
+  // width already matched the layout); their scale is compared below.
+  const bool identity_matches =
+      written_as == metadata.end() ||
+      (reading_as ? written_as->second == *reading_as
+                  : written_as->second.find(":static-calibrated-v1:") != std::string::npos);
+  if (!identity_matches)
     throw Error(origin + ": records were written as " + written_as->second + " but the configuration reads " +
-                *reading_as + "; pass the format flags the records were written with");
+                (reading_as ? *reading_as : cfg.describe()) + "; pass the format flags the records were written with");
   const auto written_scale = metadata.find(kMetaOuterScale);
-  if (written_scale != metadata.end() && cfg.scale_mode() == ScaleMode::static_calibrated &&
-      written_scale->second != exact_float(cfg.layer_scale()))
+  if (written_scale != metadata.end() && !reading_static)
+    throw Error(origin + ": records were written with the static outer scale " + written_scale->second +
+                " but the configuration reads them in scale mode " + to_string(cfg.scale_mode()) +
+                "; pass the format flags the records were written with");
+  if (written_scale != metadata.end() && written_scale->second != exact_float(cfg.layer_scale()))
     throw Error(origin + ": records were written with the static outer scale " + written_scale->second +
                 " but the configuration reads them with " + exact_float(cfg.layer_scale()) +
                 "; pass the --layer (or --layer-scale) the records were written with");

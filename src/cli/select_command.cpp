@@ -193,7 +193,8 @@ void run_select(const SelectArgs& args) {
   a.k = args.k;
   if (in.count("block_table")) {
     const Tensor& table = require_tensor(in, "block_table", args.input, {DType::I32}, {kAnyExtent, kAnyExtent});
-    if (args.page_size <= 0) throw Error("--page-size is required with a block_table (positions per page)");
+    if (args.page_size == 0) throw Error("--page-size is required with a block_table (positions per page)");
+    if (args.page_size < 0) throw Error("--page-size must be positive, got " + std::to_string(args.page_size));
     a.slots = {table.as<int32_t>(), table.shape[0], table.shape[1], table.shape[1], args.page_size, args.rows_per_request,
                args.capacity};
   }

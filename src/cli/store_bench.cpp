@@ -3,12 +3,16 @@
 #include "store_bench.h"
 
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -73,11 +77,23 @@ void drop_cached_pages(const fs::path& path) {
     if (e.is_regular_file()) drop(e.path());
 }
 
-void run_shell(const std::string& command) {
-  if (std::system(command.c_str()) != 0) throw Error("benchmark baseline command failed: " + command);
+// Runs dd with `args` and waits for it. No shell: the paths (from --dir) go to dd as they are.
+void run_dd(const std::vector<std::string>& args) {
+  std::vector<std::string> text{"dd"};
+  text.insert(text.end(), args.begin(), args.end());
+  std::string shown;
+  for (const std::string& a : text) shown += (shown.empty() ? "" : " ") + a;
+  std::vector<char*> argv;
+  for (std::string& a : text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int rc = ::posix_spawnp(&pid, "dd", nullptr, nullptr, argv.data(), environ); rc != 0)
+    throw Error("benchmark baseline command failed: cannot run dd: " + std::string(std::strerror(rc)));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw Error("benchmark baseline command failed: waiting for dd: " + std::string(std::strerror(errno)));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error("benchmark baseline command failed: " + shown);
 }
-
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
 
 // Runs `body` `reps` times, each after an untimed `prepare`, and prints the median rate with
 // the range (the machine's disk is shared, so single runs are noisy).
@@ -190,14 +206,15 @@ void bench_block_size(const BenchArgs& a, const fs::path& work, int layers) {
     if (!f || std::fwrite(data.data(), 1, data.size(), f) != data.size() || std::fclose(f) != 0)
       throw Error("benchmark: cannot write " + src.string());
   }
-  const std::string bs = " bs=" + std::to_string(block) + " status=none";
+  const std::string bs = "bs=" + std::to_string(block);
+  const std::string from_src = "if=" + src.string(), from_dst = "if=" + dst.string(), to_dst = "of=" + dst.string();
   auto remove_dst = [&](int) { fs::remove(dst); };
   measure("dd write, one fsync at the end (conv=fsync)", total, reps, remove_dst,
-          [&](int) { run_shell("dd if=" + quoted(src) + " of=" + quoted(dst) + bs + " conv=fsync"); });
+          [&](int) { run_dd({from_src, to_dst, bs, "status=none", "conv=fsync"}); });
   measure("dd read, cold", total, reps, [&](int) { drop_cached_pages(work / "dd-dst"); },
-          [&](int) { run_shell("dd if=" + quoted(dst) + " of=/dev/null" + bs); });
+          [&](int) { run_dd({from_dst, "of=/dev/null", bs, "status=none"}); });
   measure("dd write, sync per block (oflag=dsync)", total, reps, remove_dst,
-          [&](int) { run_shell("dd if=" + quoted(src) + " of=" + quoted(dst) + bs + " oflag=dsync"); });
+          [&](int) { run_dd({from_src, to_dst, bs, "status=none", "oflag=dsync"}); });
   fs::remove(src);
   fs::remove(dst);
 }

@@ -104,6 +104,20 @@ TEST(Calibration, RejectsRepeatedKeysAndOverflowingNumbers) {
                   "repeats the key 'scales'");
 }
 
+// A NUL byte ended nlohmann's input: whatever followed it was never read, so a file with trailing
+// garbage after a NUL loaded as if the garbage were not there.
+TEST(Calibration, RejectsANulByteAndWhatFollowsIt) {
+  expect_rejected(kValid + std::string("\0 trailing garbage", 18), "NUL byte at offset " + std::to_string(kValid.size()));
+  expect_rejected(std::string("\0", 1) + kValid, "NUL byte at offset 0");
+}
+
+// An unsigned value beyond int64 was converted first and reported as "got -1".
+TEST(Calibration, HugeUnsignedCountsAreReportedAsWritten) {
+  expect_rejected(with(R"("num_layers": 2)", R"("num_layers": 18446744073709551615)"), "got 18446744073709551615");
+  expect_rejected(with(R"("num_layers": 2)", R"("num_layers": 9223372036854775808)"), "got 9223372036854775808");
+  expect_rejected(with(R"("latent_dim": 512)", R"("latent_dim": 18446744073709551104)"), "got 18446744073709551104");
+}
+
 // Issue 20 items 6 and 7: a directory, a FIFO, a device or an oversized file as the calibration
 // file is refused before anything is read (a directory was an "internal error"; /dev/zero grew
 // without limit; a FIFO waited for a writer).

@@ -353,6 +353,11 @@ TEST(CliFormat, ErrorsGiveOneLineAndLeaveNoOutput) {
   expect_cli_error(dir, dec + "truncated.safetensors", "truncated");
 
   expect_cli_error(dir, "inspect --input rec432.safetensors --records 9", "record 9 does not exist");
+  // Beyond int64: was std::stoll's out_of_range, an "internal error" (exit 2).
+  expect_cli_error(dir, "inspect --input rec432.safetensors --records 99999999999999999999",
+                   "record 99999999999999999999 does not exist");
+  expect_cli_error(dir, "inspect --input rec432.safetensors --records 0-99999999999999999999",
+                   "record 99999999999999999999 does not exist");
   expect_cli_error(dir, "inspect --input rec432.safetensors --records 2-1", "ends before it starts");
   expect_cli_error(dir, "inspect --input rec432.safetensors --records x", "not a list of record indices");
   expect_cli_error(dir, "inspect --input rec432.safetensors --original wrong_rows.safetensors", "4 rows but k_pe has 3");
@@ -368,6 +373,37 @@ TEST(CliFormat, ErrorsGiveOneLineAndLeaveNoOutput) {
   expect_cli_error(dir, cal + "acts_zero.safetensors", "all zeros");
   expect_cli_error(dir, cal + "acts_empty.safetensors", "is empty");
   expect_cli_error(dir, cal + "truncated.safetensors", "truncated");
+}
+
+// Records read in another scale mode decoded to garbage: a bare --layer-scale (no identity) skipped
+// the identity check, and the stored static outer scale was compared in static mode only.
+TEST(CliFormat, RecordsOfAnotherScaleModeAreRefused) {
+  TempDir dir;
+  write_tokens(dir / "in.safetensors", as_bf16_inputs(nvfp4mla::testing::random_tokens(4, 21)));
+  write_calibration(dir, "scales.json");
+  const std::string enc = "encode --input in.safetensors --output ";
+  ASSERT_EQ(run_cli(dir, enc + "dyn.safetensors --rope fp8 --scale-mode dynamic").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, enc + "unit.safetensors --rope fp8").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, enc + "bare.safetensors --scale-mode static --layer-scale 0.5").exit_code, 0);
+  ASSERT_EQ(run_cli(dir, enc + "cal.safetensors --scales-file scales.json --layer 1").exit_code, 0);
+
+  const std::string dec = "decode --output out.safetensors --input ";
+  // Dynamic or implicit records read with a bare static scale.
+  expect_cli_error(dir, dec + "dyn.safetensors --rope fp8 --layer-scale 3",
+                   "written as nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+  expect_cli_error(dir, dec + "unit.safetensors --rope fp8 --scale-mode static --layer-scale 1",
+                   "written as nvfp4_ds_mla:fp8-rope-368:implicit-unit-v1");
+  expect_cli_error(dir, "inspect --rope fp8 --layer-scale 3 --input dyn.safetensors",
+                   "written as nvfp4_ds_mla:fp8-rope-368:dynamic-token-v1");
+  // Static records (bare scale: no identity, only the outer scale) read in another mode.
+  expect_cli_error(dir, dec + "bare.safetensors", "written with the static outer scale 0.5");
+  expect_cli_error(dir, "inspect --input bare.safetensors", "written with the static outer scale 0.5");
+  // Static records read with a bare scale: the scale they were written with is accepted, another not.
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%.9g", Calibration::from_max_abs({0.5f, 2.0f, 5.25f}).scales[1]);
+  EXPECT_EQ(run_cli(dir, dec + "cal.safetensors --layer-scale " + scale).exit_code, 0);
+  EXPECT_EQ(run_cli(dir, dec + "bare.safetensors --layer-scale 0.5").exit_code, 0);
+  expect_cli_error(dir, dec + "cal.safetensors --layer-scale 0.5", "static outer scale " + std::string(scale));
 }
 
 // Issue 20 item 5: under `ulimit -f`, SIGXFSZ killed encode and decode (exit 153), and decode

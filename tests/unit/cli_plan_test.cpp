@@ -56,4 +56,33 @@ TEST(CliPlan, RejectsBadInput) {
   expect_cli_error(dir, "plan route --cache-dtype fp8_ds_mla --rope fp8", "--rope applies to nvfp4_ds_mla only");
 }
 
+// Negative sizes were accepted: --max-batched-tokens -5 silently became the default, and
+// --decode-rows -5 --decode-row-budget -9 was planned as a batch. 0 still means the default.
+TEST(CliPlan, RejectsNegativeSizes) {
+  TempDir dir;
+  expect_cli_error(dir, "plan scratch --heads 8 --max-num-seqs 4 --max-batched-tokens -5",
+                   "--max-batched-tokens must not be negative, got -5");
+  expect_cli_error(dir, "plan route --decode-rows -5", "--decode-rows must not be negative, got -5");
+  expect_cli_error(dir, "plan route --decode-rows 4 --decode-row-budget -9", "--decode-row-budget must not be negative, got -9");
+  EXPECT_EQ(run_cli(dir, "plan scratch --heads 8 --max-num-seqs 4 --max-batched-tokens 0").exit_code, 0);
+  EXPECT_EQ(run_cli(dir, "plan route --decode-rows 0 --decode-row-budget 0").exit_code, 0);
+}
+
+// --memory-gib 1e300: the page count did not fit int64 (an undefined cast: negative pages, exit
+// 0); a negative or NaN --reserved-gib was reported as a bad memory budget.
+TEST(CliPlan, CapacityRejectsBudgetsItCannotCount) {
+  TempDir dir;
+  expect_cli_error(dir, "plan capacity --memory-gib 1e300 --layers 78", "does not fit");
+  expect_cli_error(dir, "plan capacity --memory-gib 1e300 --layers 1 --indexer-bytes 0 --page-size 1", "does not fit");
+  expect_cli_error(dir, "plan capacity --memory-gib 10 --reserved-gib -5 --layers 78",
+                   "the reserved memory must be finite and not negative, got -5");
+  expect_cli_error(dir, "plan capacity --memory-gib 10 --reserved-gib nan --layers 78",
+                   "the reserved memory must be finite and not negative, got nan");
+  expect_cli_error(dir, "plan capacity --memory-gib -1 --layers 78", "the memory budget must be positive and finite, got -1");
+  // The largest budget whose tokens fit int64 still plans.
+  const auto big = run_cli(dir, "plan capacity --memory-gib 1e9 --layers 78 --json");
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_GT(nlohmann::json::parse(big.out)["tokens"].get<int64_t>(), 0);
+}
+
 #endif

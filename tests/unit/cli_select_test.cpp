@@ -223,7 +223,9 @@ TEST(CliSelect, RejectsMalformedInputsWithoutOutput) {
   in.write(dir, true);
   const std::string io = " --input in.safetensors --output out.safetensors";
   expect_cli_error(dir, "select" + io + " --k 4097", "--k");
-  expect_cli_error(dir, "select" + io + " --k 8", "--page-size");
+  expect_cli_error(dir, "select" + io + " --k 8", "--page-size is required");
+  // A negative page size was reported as missing.
+  expect_cli_error(dir, "select" + io + " --k 8 --page-size -4", "--page-size must be positive, got -4");
   expect_cli_error(dir, "select" + io + " --k 8 --page-size 32 --rows-per-request 2", "block_table covers 1504 positions");
   expect_cli_error(dir, "select" + io + " --k 8 --page-size 64 --rows-per-request 1", "block_table has 3 requests");
   expect_cli_error(dir, "select" + io + " --k 8 --page-size 64 --rows-per-request 2 --capacity 6400", "block_table[");

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/cli_child.h"
 #include "support/cli_runner.h"
 #include "support/temp_dir.h"
 
@@ -28,6 +29,26 @@ TEST(CliDcp, UnionWritesTheCellsAsJson) {
   EXPECT_EQ(j["cells"][1]["min_recall"], 1.0);
   EXPECT_EQ(j["cells"][2]["k_rank"], 32);
   EXPECT_LE(j["cells"][2]["union_size_over_k"].get<double>(), 1.0);
+}
+
+// A failed write of --json (here: past the file size limit) left a truncated file and exited 0:
+// the stream was checked before it was flushed and closed.
+TEST(CliDcp, UnionJsonWriteFailureIsAnErrorAndLeavesNothing) {
+  TempDir dir;
+  const std::vector<std::string> args{"dcp", "union", "--context", "2048", "--rows", "2", "-k", "64", "--ranks", "1,2,4",
+                                      "--interleaves", "1", "--threads", "1", "--json", "u.json"};
+  const auto full = nvfp4mla::testing::run_cli_child(dir.path(), args);
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const size_t json_bytes = slurp(dir / "u.json").size();
+  std::filesystem::remove(dir / "u.json");
+  // A limit the table and the error line fit under but the JSON does not.
+  const size_t limit = full.out.size() + 200;
+  ASSERT_GT(json_bytes, limit + 100);
+  const auto before = nvfp4mla::testing::dir_listing(dir);
+  const auto r = nvfp4mla::testing::run_cli_child(dir.path(), args, {.file_size_bytes = limit});
+  nvfp4mla::testing::expect_clean_failure(r, "File too large");
+  EXPECT_NE(r.err.find("u.json"), std::string::npos) << r.err;
+  EXPECT_EQ(nvfp4mla::testing::dir_listing(dir), before);
 }
 
 TEST(CliDcp, BadOptionsAreOneLineErrors) {

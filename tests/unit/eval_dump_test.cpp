@@ -15,6 +15,7 @@
 #include "nvfp4mla/safetensors.h"
 #include "support/cli_runner.h"
 #include "support/eval_small.h"
+#include "support/expect_error.h"
 #include "support/sweep_claims.h"
 #include "support/temp_dir.h"
 
@@ -225,6 +226,12 @@ TEST(EvalDump, BadDumpsAreRejectedNamingTheTensor) {
     expect_rejected(dir, m, "layers.1.q");
   }
   {
+    // Fewer query rows than layer 0's: the evaluation read past the end of the layer's queries.
+    TensorMap m = make_dump(4, 2);
+    m["layers.2.q"] = Tensor::zeros(DType::F32, {2, 2, kQkDim});
+    expect_rejected(dir, m, "tensor 'layers.2.q' has 2 query rows but layers.0.q has 4");
+  }
+  {
     TensorMap m = make_dump();
     Tensor t = Tensor::zeros(DType::F32, {kTokens, kLatentDim});
     t.as<float>()[700] = std::numeric_limits<float>::quiet_NaN();
@@ -238,6 +245,20 @@ TEST(EvalDump, BadDumpsAreRejectedNamingTheTensor) {
     expect_rejected(dir, m, "needs at least 2");
   }
   expect_rejected(dir, TensorMap{{"weights", Tensor::zeros(DType::F32, {4})}}, "no tensors named layers.<i>.kv_c");
+}
+
+// Layers of different query-row counts: the rows came from layer 0, and the other layers' queries
+// were read out of bounds (SIGSEGV) instead of the dump being refused.
+TEST(EvalDump, LayersWithOtherQueryRowCountsAreRefused) {
+  TempDir dir;
+  const auto path = dir / "acts_rows.safetensors";
+  TensorMap m = make_dump(/*q_rows=*/8, /*q_heads=*/2);
+  m["layers.1.q"] = Tensor::zeros(DType::F32, {1, 2, kQkDim});
+  write_safetensors(path, m);
+  eval::EvalOptions o = dump_options(path);
+  o.attention.rows = 8;
+  nvfp4mla::testing::expect_error_containing([&] { (void)eval::run_evaluation(o); },
+                                             "tensor 'layers.1.q' has 1 query rows but layers.0.q has 8");
 }
 
 #ifdef NVFP4MLA_CLI_PATH

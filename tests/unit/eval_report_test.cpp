@@ -7,10 +7,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/eval/evaluation.h"
 #include "nvfp4mla/eval/plot.h"
+#include "support/cli_child.h"
+#include "support/cli_runner.h"
 #include "support/eval_small.h"
 #include "support/temp_dir.h"
 
@@ -263,6 +267,43 @@ TEST(EvalCli, BadFlagsAreClearErrors) {
   EXPECT_NE(out.find("invalid context length"), std::string::npos) << out;
   EXPECT_NE(run_cli("eval --modes nvfp4_999 --sections latent --tokens-per-layer 4 --no-progress", out), 0);
   EXPECT_NE(out.find("unknown mode"), std::string::npos) << out;
+}
+
+// A failed write (here: past the file size limit) of --json left '<json>.partial' behind and
+// blamed the folder; of --save-calibration it went unnoticed (the stream was checked before it was
+// flushed) and renamed a truncated calibration file into place.
+TEST(EvalCli, FailedWritesAreErrorsAndLeaveNothing) {
+  nvfp4mla::testing::TempDir dir;
+  const std::vector<std::string> small{"eval", "--sections", "latent", "--tokens-per-layer", "16", "--calibration-tokens",
+                                       "16", "--no-progress", "--device", "cpu"};
+  const auto before = nvfp4mla::testing::dir_listing(dir);
+  for (const auto& [extra, limit, file] : std::vector<std::tuple<std::vector<std::string>, rlim_t, std::string>>{
+           {{"--modes", "nvfp4_368_dynamic", "--json", "r.json"}, 8 * 1024, "r.json"},
+           {{"--save-calibration", "cal.json"}, 1024, "cal.json"}}) {
+    SCOPED_TRACE(file);
+    std::vector<std::string> args = small;
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = nvfp4mla::testing::run_cli_child(dir.path(), args, {.file_size_bytes = limit});
+    nvfp4mla::testing::expect_clean_failure(r, "File too large");
+    EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("does the folder exist"), std::string::npos) << r.err;
+    EXPECT_EQ(nvfp4mla::testing::dir_listing(dir), before);
+  }
+}
+
+// `v *= 1024` wrapped: 18014398509481985k (2^54 + 1 thousands) became a context of 1024 tokens.
+TEST(EvalCli, ContextLengthsThatOverflowOrAreNegativeAreErrors) {
+  nvfp4mla::testing::TempDir dir;
+  using nvfp4mla::testing::expect_cli_error;
+  // --tokens-per-layer 0 would fail the run's own validation: the length must be refused first.
+  const std::string bad_run = " --tokens-per-layer 0 --no-progress --device cpu";
+  expect_cli_error(dir, "eval --needle-lengths 4k,18014398509481985k" + bad_run,
+                   "invalid context length '18014398509481985k': it is too large");
+  expect_cli_error(dir, "eval --pipeline-lengths 17592186044417M" + bad_run,
+                   "invalid context length '17592186044417M': it is too large");
+  expect_cli_error(dir, "eval --needle-lengths 99999999999999999999" + bad_run, "invalid context length '99999999999999999999'");
+  expect_cli_error(dir, "eval --needle-lengths 4k,-4k" + bad_run, "invalid context length '-4k': it is negative");
+  expect_cli_error(dir, "eval --pipeline-lengths -5" + bad_run, "invalid context length '-5': it is negative");
 }
 
 TEST(EvalCli, CudaIsNeverFaked) {

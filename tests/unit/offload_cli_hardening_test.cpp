@@ -320,4 +320,19 @@ TEST(OffloadCliHardening, VerifyLeavesUnreadableFilesAndSaysSo) {
   EXPECT_TRUE(fs::exists(blocks[0]));
 }
 
+// `store bench --dir` went into the dd command lines it gave the shell, quoted with '...' but not
+// escaped: a quote in the folder's name ended the quoting and the rest of the name ran as commands.
+TEST(OffloadCliHardening, StoreBenchRunsDdWithoutAShell) {
+  ScratchDir dir;
+  const std::string folder = "q'; touch INJECTED; '";
+  const ChildResult r = run_cli_child(dir.path(), {"store", "bench", "--dir", folder, "--total-mib", "0.02", "--repeat", "1",
+                                                   "--layers", "1", "--threads", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("dd write, sync per block"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir.path() / "INJECTED"));
+  // The bench's own folder inside it is removed at the end.
+  EXPECT_TRUE(fs::is_directory(dir.path() / folder));
+  EXPECT_TRUE(fs::is_empty(dir.path() / folder));
+}
+
 #endif

@@ -155,6 +155,9 @@ TEST(Safetensors, RejectsBadJson) {
                   "unexpected field 'extra'");
   expect_rejected(dir, raw_file("{\"__metadata__\": {\"k\": 1}}", ""), "must be a string");
   expect_rejected(dir, raw_file("{\"__metadata__\": [\"k\"]}", ""), "__metadata__ must be a JSON object");
+  // A NUL byte ended the parse: the header's text after it was never looked at.
+  expect_rejected(dir, raw_file(std::string("{}\0garbage", 10), ""), "NUL byte at offset 2");
+  expect_rejected(dir, raw_file("{" + entry("x", "U8", "[1]", 0, 1) + "}" + std::string("\0\0{\"", 4), "a"), "NUL byte");
 }
 
 // Found by fuzzing: printing a deeply nested value in an error message overflowed the stack,

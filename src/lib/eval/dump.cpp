@@ -158,6 +158,10 @@ DumpWorkload read_dump(const std::filesystem::path& path) {
       if (l > 0 && q.shape[1] != d.layers.front().q_heads)
         throw Error(origin + ": tensor '" + q_name + "' has " + std::to_string(q.shape[1]) + " heads but layers.0.q has " +
                     std::to_string(d.layers.front().q_heads));
+      // The evaluation takes the same number of query rows from every layer.
+      if (l > 0 && q.shape[0] != d.layers.front().q_rows)
+        throw Error(origin + ": tensor '" + q_name + "' has " + std::to_string(q.shape[0]) + " query rows but layers.0.q has " +
+                    std::to_string(d.layers.front().q_rows) + "; every layer of a dump must hold the same query rows");
       layer.q = bf16_values(q, q_name, origin);
       layer.q_rows = static_cast<int>(q.shape[0]);
       layer.q_heads = static_cast<int>(q.shape[1]);

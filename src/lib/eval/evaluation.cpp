@@ -140,6 +140,9 @@ detail::LayerQueries layer_queries(const SyntheticWorkload& w, const DumpWorkloa
   if (!dump) return detail::synthesize_queries(detail::synthetic_layer_model(w, layer), layer, ctx, o);
   const DumpLayer& d = dump->layers[static_cast<size_t>(layer)];
   if (dump->has_queries) {
+    require(o.rows >= 1 && o.rows <= d.q_rows, "layer " + std::to_string(layer) + " of the dump has " +
+                                                   std::to_string(d.q_rows) + " query rows; " + std::to_string(o.rows) +
+                                                   " were asked for");
     const size_t per_row = static_cast<size_t>(d.q_heads) * kQkDim;
     std::vector<uint16_t> q(d.q.end() - static_cast<std::ptrdiff_t>(o.rows * per_row), d.q.end());
     return detail::queries_from_bf16(std::move(q), o.rows, d.q_heads);

@@ -1,13 +1,13 @@
 // Helpers shared by the stages: calibration files, record encoding, queries, exact logits.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <numeric>
 #include <random>
 
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/record.h"
+#include "nvfp4mla/safetensors.h"
 #include "stages.h"
 
 namespace nvfp4mla::eval::detail {
@@ -20,18 +20,9 @@ CalibrationFile::CalibrationFile(const Calibration& c, const std::filesystem::pa
   } else {
     path_ = keep;
   }
-  const std::filesystem::path partial = path_.string() + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out << c.to_json();
-    if (!out) throw Error("cannot write the calibration file '" + partial.string() + "' (does the folder exist?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(partial, path_, ec);
-  if (ec) {
-    std::filesystem::remove(partial, ec);
-    throw Error("cannot write the calibration file '" + path_.string() + "'");
-  }
+  // Atomically: a failed write reports its errno and leaves neither the file nor a temporary.
+  const std::string text = c.to_json();
+  write_file_atomic(path_, text.data(), text.size());
 }
 
 CalibrationFile::~CalibrationFile() {

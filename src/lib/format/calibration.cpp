@@ -59,6 +59,9 @@ int64_t integer_field(const json& doc, const char* key, const std::string& origi
   if (!doc.contains(key)) throw Error("calibration " + origin + ": missing \"" + key + "\"");
   const json& v = doc.at(key);
   if (!v.is_number_integer()) throw Error("calibration " + origin + ": \"" + key + "\" must be an integer, got " + std::string(v.type_name()));
+  // An unsigned value beyond int64 would convert to a negative one (2^64 - 1 to -1).
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw Error("calibration " + origin + ": \"" + key + "\" is out of range, got " + v.dump());
   return v.get<int64_t>();
 }
 

@@ -22,6 +22,9 @@ nlohmann::json parse_strict_json(const std::string& text, const std::string& ori
     }
     return true;
   };
+  // nlohmann ends its input at a NUL byte: whatever follows it would never be read.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw Error(origin + " is not valid JSON (it holds a NUL byte at offset " + std::to_string(nul) + ")");
   json doc;
   try {
     doc = json::parse(text, reject_duplicates);

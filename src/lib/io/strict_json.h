@@ -7,8 +7,9 @@
 
 namespace nvfp4mla::io {
 
-// Parses `text`. Throws Error "<origin> is not valid JSON (...)" for a syntax error or a number
-// out of range (1e999), and "<origin> repeats the key '<k>'" for a key given twice in one object.
+// Parses `text`. Throws Error "<origin> is not valid JSON (...)" for a syntax error, a number
+// out of range (1e999) or a NUL byte anywhere in `text` (nlohmann would stop reading there), and
+// "<origin> repeats the key '<k>'" for a key given twice in one object.
 nlohmann::json parse_strict_json(const std::string& text, const std::string& origin);
 
 }  // namespace nvfp4mla::io

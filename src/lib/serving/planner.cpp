@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "nvfp4mla/arch.h"
 #include "nvfp4mla/decode_plan.h"
@@ -60,14 +62,27 @@ ScratchPlan plan_scratch(const ScratchRequest& r) {
 CapacityPlan plan_capacity(const CapacityRequest& r) {
   if (r.layers <= 0 || r.page_size <= 0 || r.indexer_bytes_per_token < 0)
     throw Error("capacity plan: layers and page size must be positive, indexer bytes not negative");
-  if (!(r.memory_gib > 0) || r.reserved_gib < 0 || !std::isfinite(r.memory_gib) || !std::isfinite(r.reserved_gib))
-    throw Error("capacity plan: the memory budget must be positive and finite");
+  auto gib = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (!(r.memory_gib > 0) || !std::isfinite(r.memory_gib))
+    throw Error("capacity plan: the memory budget must be positive and finite, got " + gib(r.memory_gib) + " GiB");
+  if (!(r.reserved_gib >= 0) || !std::isfinite(r.reserved_gib))
+    throw Error("capacity plan: the reserved memory must be finite and not negative, got " + gib(r.reserved_gib) + " GiB");
   CapacityPlan p;
-  p.bytes_per_token = int64_t(r.layers) * (r.spec.record_bytes() + r.indexer_bytes_per_token);
+  p.bytes_per_token = int64_t(r.layers) * (int64_t(r.spec.record_bytes()) + r.indexer_bytes_per_token);
   const double usable = (r.memory_gib - r.reserved_gib) * 1073741824.0;
   if (usable <= 0) throw Error("capacity plan: the reserved memory exceeds the budget");
-  const int64_t page_bytes = p.bytes_per_token * r.page_size;
-  p.pages = static_cast<int64_t>(std::floor(usable / static_cast<double>(page_bytes)));
+  int64_t page_bytes = 0;
+  if (__builtin_mul_overflow(p.bytes_per_token, int64_t(r.page_size), &page_bytes))
+    throw Error("capacity plan: a page of " + std::to_string(r.page_size) + " tokens does not fit in 64-bit byte counts");
+  const double pages = std::floor(usable / static_cast<double>(page_bytes));
+  // The tokens (pages x page size) must fit in int64; 2^63 is exact in a double.
+  if (!(pages * static_cast<double>(r.page_size) < 0x1p63))
+    throw Error("capacity plan: the token count of a " + gib(r.memory_gib) + " GiB budget does not fit in 64 bits");
+  p.pages = static_cast<int64_t>(pages);
   p.tokens = p.pages * r.page_size;
   p.max_single_request_tokens = p.tokens;
   return p;
