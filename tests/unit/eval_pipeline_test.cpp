@@ -14,6 +14,7 @@
 #include "nvfp4mla/eval/dsa_workload.h"
 #include "nvfp4mla/eval/evaluation.h"
 #include "support/eval_small.h"
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 
 using namespace nvfp4mla;
@@ -257,4 +258,19 @@ TEST(EvalPipeline, DumpIndexTensorsAreValidatedByName) {
   nvfp4mla::write_safetensors(path, m);
   EXPECT_NE(run_evaluation(dump_pipeline_options(path)).pipeline_note.find("skipped: the dump has no DSA indexer tensors"),
             std::string::npos);
+}
+
+// Two depths that round to the same position would share one needle slot in the step's cache: one
+// needle overwrites the other and every format, bf16 included, misses it. Refused up front.
+TEST(EvalPipeline, DepthsSharingANeedlePositionAreRefused) {
+  EvalOptions o = nvfp4mla::testing::small_eval_options();
+  o.latent = o.attention.enabled = o.sweep.enabled = o.needle.enabled = false;
+  o.device = Device::cpu;
+  o.needle.depths = {0.0, 0.001};  // both at position 0 of a 256-token context
+  o.pipeline.lengths = {256};
+  o.pipeline.topk = 8;
+  o.pipeline.verifier_width = 0;
+  nvfp4mla::testing::expect_error_containing([&] { run_evaluation(o); }, "two needle depths fall on position 0");
+  o.needle.depths = {0.0, 0.05};  // positions 0 and 13
+  EXPECT_NO_THROW(run_evaluation(o));
 }

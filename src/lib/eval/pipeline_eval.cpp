@@ -89,6 +89,23 @@ struct Step {
   }
 };
 
+// Where needle i of a context of `length` tokens lies: depths[i] of the part every one of the
+// next_n query rows sees.
+int64_t needle_position(double depth, int64_t length, int next_n) {
+  return std::llround(depth * static_cast<double>(length - next_n));
+}
+
+// All needles share one cache, so two depths at the same position would overwrite each other's
+// needle and every format, bf16 included, would miss one of them.
+void require_distinct_needle_positions(const std::vector<double>& depths, int64_t length, int next_n, const char* grid) {
+  std::vector<int64_t> positions;
+  for (double d : depths) positions.push_back(needle_position(d, length, next_n));
+  std::sort(positions.begin(), positions.end());
+  if (const auto same = std::adjacent_find(positions.begin(), positions.end()); same != positions.end())
+    throw Error(std::string(grid) + ": at a context of " + std::to_string(length) + " tokens two needle depths fall on position " +
+                std::to_string(*same) + "; use depths further apart or longer contexts");
+}
+
 // Request i looks for needle i at depths[i] of the context with next_n query rows; row j is the
 // query after the first length - next_n + j + 1 tokens, and the needle lies within all of them.
 Step make_step(const DsaWorkload& w, int64_t length, const std::vector<double>& depths, int next_n) {
@@ -100,7 +117,7 @@ Step make_step(const DsaWorkload& w, int64_t length, const std::vector<double>& 
   s.index_heads = w.options().index_heads;
   for (size_t i = 0; i < depths.size(); ++i) {
     const int row = static_cast<int>(i);
-    const int64_t pos = std::llround(depths[i] * static_cast<double>(length - next_n));
+    const int64_t pos = needle_position(depths[i], length, next_n);
     s.positions.push_back(pos);
     const DsaTokens n = w.needle(row, pos);
     s.needles.latents.kv_c.insert(s.needles.latents.kv_c.end(), n.latents.kv_c.begin(), n.latents.kv_c.end());
@@ -505,6 +522,8 @@ void run_pipeline_stage(const SyntheticWorkload& model, const DumpWorkload* dump
     for (int64_t l : report.pipeline_lengths)
       if ((gpu || l <= kPipelineVerifierCpuLength) && l >= width + static_cast<int64_t>(depths.size()))
         report.verifier_lengths.push_back(l);
+  for (int64_t l : report.pipeline_lengths) require_distinct_needle_positions(depths, l, 1, "DSA pipeline");
+  for (int64_t l : report.verifier_lengths) require_distinct_needle_positions(depths, l, width, "DSA pipeline verifier grid");
   StageProgress stage(progress, "DSA pipeline",
                       static_cast<int64_t>((report.pipeline_lengths.size() + report.verifier_lengths.size()) * configs.size()));
   const DsaTokens base = w.tokens(0, longest, threads);
