@@ -58,6 +58,8 @@ TEST(Calibration, RejectsMalformedFiles) {
   expect_rejected(with(R"("num_layers": 2, )", ""), "missing \"num_layers\"");
   expect_rejected(with(R"("latent_dim": 512)", R"("latent_dim": 576)"), "latent_dim must be 512");
   expect_rejected(with(R"("denominator": 2688.0)", R"("denominator": 448.0)"), "denominator must be 2688");
+  // Not 2688, though it rounds to 2688 in fp32.
+  expect_rejected(with(R"("denominator": 2688.0)", R"("denominator": 2688.0001)"), "denominator must be 2688");
   expect_rejected(with(R"("denominator": 2688.0)", R"("denominator": "2688")"), "must be a number");
   expect_rejected(with("[0.001, 0.002]", "[0.001, true]"), "scales[1] must be a number");
   expect_rejected(with("[0.001, 0.002]", R"([0.001, "0.002"])"), "scales[1] must be a number");

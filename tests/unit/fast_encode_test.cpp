@@ -376,3 +376,23 @@ TEST(FastEncode, RopeFp8PairMatchesTheRecipe) {
   EXPECT_EQ(fe::rope_fp8_pair(-0.0f, 0.0f, 1.0f), 0x0080u);  // -0 keeps its sign bit
   EXPECT_EQ(bad, 0u);
 }
+
+// FP32 RoPE inputs far below BF16's usual range: tiny scales and values whose quotient lies next
+// to an E4M3 rounding boundary (the reciprocal method's residual is inexact below 2^-100, so the
+// writer divides there). The first pair is one where it gave 0x20 for the recipe's 0x1F.
+TEST(FastEncode, RopeFp8PairOfTinyFp32ValuesMatchesTheRecipe) {
+  const float rs = nr::rope_fp8_scale(0x1.94478ap-112f), r0 = 0x1.bf985ap-124f;
+  EXPECT_EQ(fe::rope_fp8_pair(r0, 0.0f, rs), uint32_t(nr::rope_fp8_byte(r0, rs)) | (uint32_t(nr::rope_fp8_byte(0.0f, rs)) << 8));
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> fraction(0.0f, 1.0f);
+  uint64_t bad = 0;
+  for (int i = 0; i < 400000; ++i) {
+    const float amax = std::ldexp(1.0f + fraction(rng), -static_cast<int>(rng() % 40) - 90);  // 2^-130 .. 2^-89
+    const float scale = nr::rope_fp8_scale(amax);
+    const float r = (rng() & 1 ? -1.0f : 1.0f) * amax * fraction(rng);
+    const uint32_t want = nr::rope_fp8_byte(r, scale) | (uint32_t(nr::rope_fp8_byte(amax, scale)) << 8);
+    if (fe::rope_fp8_pair(r, amax, scale) != want && bad++ < 5)
+      ADD_FAILURE() << std::hexfloat << "r=" << r << " amax=" << amax << " rs=" << scale;
+  }
+  EXPECT_EQ(bad, 0u);
+}

@@ -108,12 +108,17 @@ NVFP4MLA_HD float div_rn_by_rcp(float x, float b, float y) {
 inline constexpr float kMinRcpDivisor = 0x1p-125f;
 inline constexpr float kMaxRcpDivisor = 0x1p125f;
 
+// Below this dividend the reciprocal method's residual is no longer exact (div_rn_by_rcp_nonneg).
+inline constexpr float kMinRcpDividend = 0x1p-100f;
+
 // E4M3 bytes of the two RoPE values of a 368-byte record, as record::rope_fp8_byte (lo = r0).
 NVFP4MLA_HD uint32_t rope_fp8_pair(float r0, float r1, float rs) {
   if (rs == 0.0f) return 0u;
   if (!(rs >= kMinRcpDivisor && rs <= kMaxRcpDivisor)) return e4m3x2(r0 / rs, r1 / rs);
   const float y = rcp_rn(rs);
-  return e4m3x2(div_rn_by_rcp(r0, rs, y), div_rn_by_rcp(r1, rs, y));
+  // Tiny values (fp32 inputs; x / rs can still reach an E4M3 rounding boundary) are divided.
+  auto quotient = [&](float r) { return fabsf(r) >= kMinRcpDividend ? div_rn_by_rcp(r, rs, y) : r / rs; };
+  return e4m3x2(quotient(r0), quotient(r1));
 }
 
 // fma rounded toward +inf (`up`) or -inf. The host version is exact only where a b + c fits a
