@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "device/alignment.h"
 #include "device/cuda_check.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/offload/cuda_staging.h"
@@ -38,9 +39,9 @@ class CudaStager final : public BlockStager {
     const int rb = r.layers.front().record_bytes;
     if (rb % 16 != 0) throw Error("offload staging: record width must be a multiple of 16 bytes");
     // The kernel moves records 16 bytes at a time through both sides.
-    if (reinterpret_cast<uintptr_t>(r.host.data()) % 16 != 0) throw Error("offload staging: the host buffer must be 16-byte aligned");
+    if (!cuda::aligned(r.host.data(), 16)) throw Error("offload staging: the host buffer must be 16-byte aligned");
     for (size_t l = 0; l < r.layers.size(); ++l)
-      if (reinterpret_cast<uintptr_t>(r.layers[l].data) % 16 != 0)
+      if (!cuda::aligned(r.layers[l].data, 16))
         throw Error("offload staging: the cache of layer " + std::to_string(l) + " must be 16-byte aligned");
     if (r.slots.empty()) return;
     // Pageable memory is reported as unregistered (no API error), pinned memory with its

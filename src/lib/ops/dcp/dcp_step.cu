@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "device/alignment.h"
 #include "device/cuda_check.h"
 #include "nvfp4mla/cuda/dcp.h"
 #include "nvfp4mla/cuda/dcp_step.h"
@@ -99,15 +100,14 @@ void dcp_decode_step(DcpCommunicator& comm, const DcpStepArgs& a, const DcpStepP
       throw Error("dcp step: workspace of local rank " + std::to_string(i) + " is null or not 256-byte aligned");
   // The parts' alignment rules, for every local rank before anything runs: a rank refused midway
   // would skip a collective its peers then wait in.
-  auto misaligned = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes != 0; };
   if (a.index_heads > 0 && a.slots.page_size % 4 != 0)
     throw Error("dcp step: slots.page_size must be a multiple of 4 with the indexer on the GPU (16-byte aligned index pages)");
   for (int i = 0; i < local; ++i) {
     const DcpRankStep& r = rs[i];
     const bool indexer = a.index_heads > 0;
-    if (misaligned(r.q, 16) || misaligned(r.cache, 16) || misaligned(r.out, 16) || misaligned(r.lse, 4) ||
-        (indexer && (misaligned(r.index_q, 16) || misaligned(r.index_cache, 16) || misaligned(r.index_w, 4))) ||
-        (!indexer && misaligned(r.logits, 4)))
+    if (!aligned(r.q, 16) || !aligned(r.cache, 16) || !aligned(r.out, 16) || !aligned(r.lse, 4) ||
+        (indexer && (!aligned(r.index_q, 16) || !aligned(r.index_cache, 16) || !aligned(r.index_w, 4))) ||
+        (!indexer && !aligned(r.logits, 4)))
       throw Error("dcp step: rank step " + std::to_string(i) +
                   ": q, cache, out (and index_q, index_cache) must be 16-byte aligned, lse, logits and index_w 4-byte");
   }

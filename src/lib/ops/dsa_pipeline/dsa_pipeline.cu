@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "device/alignment.h"
 #include "nvfp4mla/cuda/cache_write.h"
 #include "nvfp4mla/cuda/dsa_pipeline.h"
 #include "nvfp4mla/cuda/fused_select.h"
@@ -43,16 +44,15 @@ void dsa_decode(const DsaDecodeArgs& a, const DsaDecodePlan& plan, void* workspa
     fail("workspace must be non-null and 256-byte aligned");
   // What the GPU parts refuse beyond the shared checks, refused before the first write: a part
   // failing midway would leave one cache written and the other not.
-  auto misaligned = [](const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes != 0; };
   const DsaNewTokens& nt = a.tokens;
-  if (nt.num_tokens > 0 && (misaligned(nt.kv_c, 16) || misaligned(nt.k_pe, 4) || misaligned(nt.index_k, 16)))
+  if (nt.num_tokens > 0 && (!aligned(nt.kv_c, 16) || !aligned(nt.k_pe, 4) || !aligned(nt.index_k, 16)))
     fail("tokens: kv_c and index_k must be 16-byte aligned, k_pe 4-byte");
-  if (misaligned(a.caches.latent, 16) || misaligned(a.caches.index, a.rows() > 0 ? 16 : 4))
+  if (!aligned(a.caches.latent, 16) || !aligned(a.caches.index, a.rows() > 0 ? 16 : 4))
     fail("caches: latent and (with query rows) index must be 16-byte aligned");
   if (a.rows() > 0) {
     if (a.caches.page_size % 4 != 0) fail("caches.page_size must be a multiple of 4 on the GPU (16-byte aligned index pages)");
-    if (misaligned(a.q, 16) || misaligned(a.index_q, 16) || misaligned(a.index_w, 4) || misaligned(out.out, 16) ||
-        misaligned(out.lse, 4))
+    if (!aligned(a.q, 16) || !aligned(a.index_q, 16) || !aligned(a.index_w, 4) || !aligned(out.out, 16) ||
+        !aligned(out.lse, 4))
       fail("q, index_q and out must be 16-byte aligned, index_w and lse 4-byte");
   }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "device/alignment.h"
 #include "device/cuda_check.h"
 #include "nvfp4mla/cuda/index_cache.h"
 #include "nvfp4mla/error.h"
@@ -96,8 +97,6 @@ gather_index_kernel(const uint8_t* __restrict__ cache, int64_t page_size, const 
     if (lane == 0) scales[i] = scale;
   }
 }
-
-bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 
 unsigned warp_blocks(int64_t n) { return static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 

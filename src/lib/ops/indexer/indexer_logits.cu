@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "device/alignment.h"
 #include "device/cuda_check.h"
 #include "nvfp4mla/cuda/indexer.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
@@ -74,8 +75,6 @@ __global__ void check_paged(const int32_t* __restrict__ context_lens, const int3
 unsigned check_blocks(int64_t items) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(kCheckBlocks, (items + kCheckThreads - 1) / kCheckThreads)));
 }
-
-bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0; }
 
 [[noreturn]] void fail(const char* op, const std::string& what) { throw Error(std::string(op) + ": " + what); }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "device/alignment.h"
 #include "device/cuda_check.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/cuda/sparse_extend.h"
@@ -111,7 +112,7 @@ StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& a, void
                 std::to_string(workspace ? workspace_bytes : 0));
   if (reinterpret_cast<uintptr_t>(workspace) & 255) throw Error("staged extend: the workspace must be 256-byte aligned");
   // The dequantization reads records 16 bytes at a time (sparse_decode refuses the same).
-  if (reinterpret_cast<uintptr_t>(a.cache) & 15) throw Error("staged extend: the cache must be 16-byte aligned");
+  if (!aligned(a.cache, 16)) throw Error("staged extend: the cache must be 16-byte aligned");
   uint8_t* base = static_cast<uint8_t*>(workspace);
   uint8_t* records = base + w.records_offset;
   auto dequantize = [&](const int32_t* marks, const int32_t* positions) {
@@ -160,7 +161,7 @@ void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& a, void* 
   if (a.rows == 0) return;
   if (!out || !lse) throw Error("staged extend: out and lse are required");
   // What the attention would refuse, refused before the staging runs.
-  if ((reinterpret_cast<uintptr_t>(a.q) & 15) || (reinterpret_cast<uintptr_t>(out) & 15) || (reinterpret_cast<uintptr_t>(lse) & 3))
+  if (!aligned(a.q, 16) || !aligned(out, 16) || !aligned(lse, 4))
     throw Error("staged extend: q and out must be 16-byte aligned, lse 4-byte");
   const StagedRecords staged = stage_records(spec, a, workspace, workspace_bytes, stream);
   SparseMlaArgs b = a;
