@@ -71,6 +71,39 @@ TEST(OffloadDramTier, PutIfAbsentNeverReplaces) {
   EXPECT_EQ(out, pattern_bytes(10, 4));
 }
 
+// A reader promoting a block it read from disk passes the epoch it saw before the read. A writer
+// that stored a newer block under the key meanwhile, which DRAM evicted again, must keep the
+// older block out (put_if_absent alone would bring it back).
+TEST(OffloadDramTier, PutIfUnchangedRefusesAfterAnyWrite) {
+  const size_t block = 100, key = 32, cost = block + key;
+  DramTier dram(2 * cost);
+  std::vector<uint8_t> out(block);
+  const uint64_t quiet = dram.write_epoch();
+  EXPECT_TRUE(dram.put_if_unchanged(key_of(0), pattern_bytes(block, 1), quiet));  // nothing written since
+  EXPECT_EQ(dram.write_epoch(), quiet);                                          // promotions do not count
+  EXPECT_TRUE(dram.erase(key_of(0)));
+  EXPECT_GT(dram.write_epoch(), quiet);
+
+  const uint64_t seen = dram.write_epoch();  // the reader's snapshot, then its disk read of block 1
+  EXPECT_TRUE(dram.put(key_of(0), pattern_bytes(block, 2)));  // the writer's newer block ...
+  EXPECT_TRUE(dram.put(key_of(1), pattern_bytes(block, 0)));
+  EXPECT_TRUE(dram.put(key_of(2), pattern_bytes(block, 0)));  // ... evicted again
+  ASSERT_FALSE(dram.contains(key_of(0)));
+  EXPECT_FALSE(dram.put_if_unchanged(key_of(0), pattern_bytes(block, 1), seen));
+  EXPECT_FALSE(dram.contains(key_of(0)));
+  EXPECT_TRUE(dram.put_if_absent(key_of(0), pattern_bytes(block, 1)));  // what the old promotion did
+
+  // Rejected puts and erases of absent keys count as writes too.
+  const uint64_t before_rejected = dram.write_epoch();
+  EXPECT_FALSE(dram.put(key_of(5), pattern_bytes(4 * cost, 0)));
+  EXPECT_FALSE(dram.put_if_unchanged(key_of(6), pattern_bytes(block, 0), before_rejected));
+  const uint64_t before_erase = dram.write_epoch();
+  EXPECT_FALSE(dram.erase(key_of(7)));
+  EXPECT_FALSE(dram.put_if_unchanged(key_of(6), pattern_bytes(block, 0), before_erase));
+  EXPECT_TRUE(dram.put_if_unchanged(key_of(6), pattern_bytes(block, 0), dram.write_epoch()));
+  ASSERT_TRUE(dram.get(key_of(6), out));
+}
+
 TEST(OffloadDramTier, ZeroBudgetDisablesTheTier) {
   DramTier dram(0);
   std::vector<uint8_t> out(10);

@@ -24,11 +24,12 @@ struct DramTier::Impl {
   std::unordered_map<std::string, Entry> index;
   std::list<std::string> lru;  // most recently used first
   uint64_t bytes = 0;
+  uint64_t write_epoch = 0;  // puts and erases
   DramTierStats counters;
 
   static uint64_t cost(const std::string& key, const Block& block) { return key.size() + block->size(); }
-  // put (replace) and put_if_absent.
-  bool insert(ByteSpan key, ByteSpan block, bool replace);
+  // put (replace), put_if_absent, and put_if_unchanged (epoch given).
+  bool insert(ByteSpan key, ByteSpan block, bool replace, const uint64_t* epoch = nullptr);
   void drop_locked(std::unordered_map<std::string, Entry>::iterator it) {
     bytes -= cost(it->first, it->second.block);
     lru.erase(it->second.lru);
@@ -45,19 +46,30 @@ DramTier::~DramTier() = default;
 
 bool DramTier::put(ByteSpan key, ByteSpan block) { return impl_->insert(key, block, true); }
 bool DramTier::put_if_absent(ByteSpan key, ByteSpan block) { return impl_->insert(key, block, false); }
+bool DramTier::put_if_unchanged(ByteSpan key, ByteSpan block, uint64_t epoch) { return impl_->insert(key, block, false, &epoch); }
 
-bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, bool replace) {
+uint64_t DramTier::write_epoch() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->write_epoch;
+}
+
+bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, bool replace, const uint64_t* epoch) {
   Impl& m = *this;
   const std::string k = as_key_string(key);
   if (k.size() + block.size() > m.capacity) {
     std::lock_guard lock(m.mu);
-    if (auto it = m.index.find(k); it != m.index.end() && replace) m.drop_locked(it);  // never serve the older block
+    if (replace) {
+      ++m.write_epoch;
+      if (auto it = m.index.find(k); it != m.index.end()) m.drop_locked(it);  // never serve the older block
+    }
     ++m.counters.rejected;
     return false;
   }
   // Copy outside the lock; the block is published whole.
   auto copy = std::make_shared<const std::vector<uint8_t>>(block.begin(), block.end());
   std::lock_guard lock(m.mu);
+  if (epoch && *epoch != m.write_epoch) return false;
+  if (replace) ++m.write_epoch;
   if (auto it = m.index.find(k); it != m.index.end()) {
     if (!replace) return false;
     m.drop_locked(it);
@@ -99,6 +111,7 @@ bool DramTier::contains(ByteSpan key) const {
 
 bool DramTier::erase(ByteSpan key) {
   std::lock_guard lock(impl_->mu);
+  ++impl_->write_epoch;
   const auto it = impl_->index.find(as_key_string(key));
   if (it == impl_->index.end()) return false;
   impl_->drop_locked(it);

@@ -44,9 +44,12 @@ struct Store::Impl {
   }
 
   bool get(ByteSpan key, MutableByteSpan out) {
+    // The epoch before the disk read: a put that lands after it, even one DRAM has evicted
+    // again, keeps the (possibly older) block read from being promoted.
+    const uint64_t epoch = dram.write_epoch();
     if (dram.get(key, out)) return true;
     if (!disk.get(key, out)) return false;
-    dram.put_if_absent(key, out);  // promotion; a put that landed meanwhile wins
+    dram.put_if_unchanged(key, out, epoch);
     return true;
   }
 
