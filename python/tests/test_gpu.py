@@ -75,7 +75,8 @@ def test_write_cache_takes_one_token_of_any_row_stride():
     slots = torch.tensor([5], device=DEV)
     want = cache_for(cfg, blocks=1, block_size=8)
     nvfp4mla.write_cache(kv_c, k_pe, want, slots, cfg)
-    one_kv, one_pe = kv_c[0].expand(1, 512), k_pe[0].expand(1, 64)  # row stride 0
+    # Row stride 0 (as_strided keeps it; expand of a new size-1 dim may report a dense stride)
+    one_kv, one_pe = kv_c[0].as_strided((1, 512), (0, 1)), k_pe[0].as_strided((1, 64), (0, 1))
     assert one_kv.stride(0) == 0 and one_pe.stride(0) == 0
     for wrap in (lambda t: t, _OnlyDLPack):
         got = cache_for(cfg, blocks=1, block_size=8)
