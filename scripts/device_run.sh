@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
 # Usage (from the repo root, with the binaries in .devbin/):
-#   scripts/device_run.sh [tests|bench|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
+#   scripts/device_run.sh [tests|qualification|bench|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
 # The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
 # is then unavailable there), or the CLI will not load.
 set -uo pipefail
@@ -11,8 +11,30 @@ mkdir -p "$OUT"
 for step in "$@"; do
   case "$step" in
     tests)
-      "$BIN/nvfp4mla_gpu_tests" >"$OUT/gpu_tests.log" 2>&1
-      echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$OUT/gpu_tests.log" | head -20 ;;
+      # Every GPU test but the verifier qualification, in ${SHARDS:-3} processes (one process takes
+      # longer than a 10-minute device call: the CPU references dominate; 3 shards ~5.5 min on the
+      # H200 machine, 2026-12-05). Shard logs name each test as it runs, so a timeout shows where.
+      n=${SHARDS:-3}
+      for i in $(seq 0 $((n - 1))); do
+        GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i "$BIN/nvfp4mla_gpu_tests" --gtest_filter='-Kernels/GpuVerifierQualification.*' \
+          >"$OUT/gpu_tests_$i.log" 2>&1 &
+      done
+      wait
+      for i in $(seq 0 $((n - 1))); do
+        echo "gpu tests shard $i: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gpu_tests_$i.log" | tr '\n' ' ')"
+        grep -E "^\[  FAILED" "$OUT/gpu_tests_$i.log" | head -10
+      done ;;
+    qualification)
+      # The verifier qualification (docs/ROUTING.md) for the kernels in $KERNELS, one process each:
+      # its fp64 oracle takes 1-2.5 minutes per test, so a call covers a few kernels.
+      for k in ${KERNELS:-sm90_ws_wide sm90_h16}; do
+        "$BIN/nvfp4mla_gpu_tests" --gtest_filter="Kernels/GpuVerifierQualification.*/$k" >"$OUT/qualification_$k.log" 2>&1 &
+      done
+      wait
+      for k in ${KERNELS:-sm90_ws_wide sm90_h16}; do
+        echo "qualification $k: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/qualification_$k.log" | tr '\n' ' ')"
+        grep -E "^\[qualification\]|^\[  FAILED" "$OUT/qualification_$k.log" | head -10
+      done ;;
     bench)
       "$BIN/nvfp4mla" bench decode --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1; tail -11 "$OUT/decode.txt"
       "$BIN/nvfp4mla" bench write --all-formats --json "$OUT/write.json" >"$OUT/write.txt" 2>&1; tail -8 "$OUT/write.txt" ;;
