@@ -110,3 +110,57 @@ TEST(OffloadConcurrency, ReadersAndWritersOnSharedAndPrivateKeys) {
   EXPECT_EQ(r.checked, s.disk.blocks);
   EXPECT_TRUE(r.problems.empty());
 }
+
+// A get that begins after a put of the same key has returned never sees an older block, while
+// other writers keep evicting that key from DRAM: a reader that read the older block from disk
+// before the put must not promote it into DRAM after the put's newer block was evicted.
+TEST(OffloadConcurrency, NoGetSeesABlockOlderThanACompletedPut) {
+  ScratchDir dir;
+  const NamespaceParams p = small_params(2, 1);
+  const size_t bytes = p.block_bytes();
+  const uint64_t file = block_file_size(32, bytes);
+  Store store(dir.path(), p,
+              {.dram_capacity_bytes = bytes + 32, .disk = {.capacity_bytes = 64 * file, .durable = false},
+               .io_threads = 1, .max_queued_items = 4});  // DRAM holds one block: any other put evicts
+  constexpr uint32_t kKey = 0;
+  constexpr uint64_t kVersions = 10000;
+  store.put(key_of(kKey), versioned_block(kKey, 1, bytes));
+  std::atomic<uint64_t> completed{1};  // the newest version whose put has returned
+  std::atomic<bool> stop{false};
+  std::atomic<int> stale{0}, torn{0}, hits{0};
+
+  std::thread writer([&] {
+    for (uint64_t v = 2; v <= kVersions; ++v) {
+      store.put(key_of(kKey), versioned_block(kKey, v, bytes));
+      completed.store(v, std::memory_order_release);
+    }
+    stop = true;
+  });
+  std::vector<std::thread> others;
+  for (int t = 0; t < 3; ++t)  // evict the key from DRAM all the time
+    others.emplace_back([&, t] {
+      for (uint64_t v = 0; !stop; ++v) store.put(key_of(1 + t), versioned_block(1 + t, v, bytes));
+    });
+  for (int t = 0; t < 4; ++t)
+    others.emplace_back([&] {
+      std::vector<uint8_t> out(bytes);
+      while (!stop) {
+        const uint64_t floor = completed.load(std::memory_order_acquire);
+        if (!store.get(key_of(kKey), out)) continue;
+        ++hits;
+        if (!is_whole_version_of(kKey, out)) {
+          ++torn;
+          continue;
+        }
+        uint64_t v;
+        std::memcpy(&v, out.data() + 4, 8);
+        if (v < floor) ++stale;
+      }
+    });
+  writer.join();
+  for (auto& th : others) th.join();
+  EXPECT_EQ(stale.load(), 0);
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(hits.load(), 100);
+  EXPECT_GT(store.stats().dram.evictions, 0u);
+}
