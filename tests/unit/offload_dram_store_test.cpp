@@ -71,20 +71,20 @@ TEST(OffloadDramTier, PutIfAbsentNeverReplaces) {
   EXPECT_EQ(out, pattern_bytes(10, 4));
 }
 
-// A reader promoting a block it read from disk passes the epoch it saw before the read. A writer
-// that stored a newer block under the key meanwhile, which DRAM evicted again, must keep the
-// older block out (put_if_absent alone would bring it back).
-TEST(OffloadDramTier, PutIfUnchangedRefusesAfterAnyWrite) {
+// A reader promoting a block it read from disk passes the key's epoch it saw before the read. A
+// writer that stored a newer block under the key meanwhile, which DRAM evicted again, must keep
+// the older block out (put_if_absent alone would bring it back); writes of other keys must not.
+TEST(OffloadDramTier, PutIfUnchangedRefusesAfterAWriteOfTheKey) {
   const size_t block = 100, key = 32, cost = block + key;
   DramTier dram(2 * cost);
   std::vector<uint8_t> out(block);
-  const uint64_t quiet = dram.write_epoch();
+  const uint64_t quiet = dram.write_epoch(key_of(0));
   EXPECT_TRUE(dram.put_if_unchanged(key_of(0), pattern_bytes(block, 1), quiet));  // nothing written since
-  EXPECT_EQ(dram.write_epoch(), quiet);                                          // promotions do not count
+  EXPECT_EQ(dram.write_epoch(key_of(0)), quiet);                                 // promotions do not count
   EXPECT_TRUE(dram.erase(key_of(0)));
-  EXPECT_GT(dram.write_epoch(), quiet);
+  EXPECT_GT(dram.write_epoch(key_of(0)), quiet);
 
-  const uint64_t seen = dram.write_epoch();  // the reader's snapshot, then its disk read of block 1
+  const uint64_t seen = dram.write_epoch(key_of(0));  // the reader's snapshot, then its disk read of block 1
   EXPECT_TRUE(dram.put(key_of(0), pattern_bytes(block, 2)));  // the writer's newer block ...
   EXPECT_TRUE(dram.put(key_of(1), pattern_bytes(block, 0)));
   EXPECT_TRUE(dram.put(key_of(2), pattern_bytes(block, 0)));  // ... evicted again
@@ -93,15 +93,23 @@ TEST(OffloadDramTier, PutIfUnchangedRefusesAfterAnyWrite) {
   EXPECT_FALSE(dram.contains(key_of(0)));
   EXPECT_TRUE(dram.put_if_absent(key_of(0), pattern_bytes(block, 1)));  // what the old promotion did
 
-  // Rejected puts and erases of absent keys count as writes too.
-  const uint64_t before_rejected = dram.write_epoch();
+  // Writes of other keys leave a promotion alone.
+  const uint64_t before_others = dram.write_epoch(key_of(9));
+  for (uint64_t other = 10; other < 20; ++other) EXPECT_TRUE(dram.put(key_of(other), pattern_bytes(block, 0)));
+  ASSERT_EQ(dram.write_epoch(key_of(9)), before_others) << "keys 10-19 share key 9's counter here: pick others";
+  EXPECT_TRUE(dram.put_if_unchanged(key_of(9), pattern_bytes(block, 9), before_others));
+  ASSERT_TRUE(dram.get(key_of(9), out));
+  EXPECT_EQ(out, pattern_bytes(block, 9));
+
+  // A rejected put and an erase of an absent key count as writes of that key.
+  const uint64_t before_rejected = dram.write_epoch(key_of(5));
   EXPECT_FALSE(dram.put(key_of(5), pattern_bytes(4 * cost, 0)));
-  EXPECT_FALSE(dram.put_if_unchanged(key_of(6), pattern_bytes(block, 0), before_rejected));
-  const uint64_t before_erase = dram.write_epoch();
+  EXPECT_FALSE(dram.put_if_unchanged(key_of(5), pattern_bytes(block, 0), before_rejected));
+  const uint64_t before_erase = dram.write_epoch(key_of(7));
   EXPECT_FALSE(dram.erase(key_of(7)));
-  EXPECT_FALSE(dram.put_if_unchanged(key_of(6), pattern_bytes(block, 0), before_erase));
-  EXPECT_TRUE(dram.put_if_unchanged(key_of(6), pattern_bytes(block, 0), dram.write_epoch()));
-  ASSERT_TRUE(dram.get(key_of(6), out));
+  EXPECT_FALSE(dram.put_if_unchanged(key_of(7), pattern_bytes(block, 0), before_erase));
+  EXPECT_TRUE(dram.put_if_unchanged(key_of(7), pattern_bytes(block, 0), dram.write_epoch(key_of(7))));
+  EXPECT_TRUE(dram.contains(key_of(7)));
 }
 
 TEST(OffloadDramTier, ZeroBudgetDisablesTheTier) {

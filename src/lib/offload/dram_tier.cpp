@@ -1,6 +1,8 @@
 #include "nvfp4mla/offload/dram_tier.h"
 
+#include <array>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <string>
@@ -24,8 +26,13 @@ struct DramTier::Impl {
   std::unordered_map<std::string, Entry> index;
   std::list<std::string> lru;  // most recently used first
   uint64_t bytes = 0;
-  uint64_t write_epoch = 0;  // puts and erases
+  // Puts and erases per key hash: bounded memory, and a write of one key rarely holds back
+  // another key's promotion (only when their hashes share a counter).
+  std::array<uint64_t, 4096> write_epochs{};
   DramTierStats counters;
+
+  uint64_t& epoch_of(const std::string& key) { return write_epochs[std::hash<std::string>{}(key) % write_epochs.size()]; }
+  uint64_t epoch_of(const std::string& key) const { return write_epochs[std::hash<std::string>{}(key) % write_epochs.size()]; }
 
   static uint64_t cost(const std::string& key, const Block& block) { return key.size() + block->size(); }
   // put (replace), put_if_absent, and put_if_unchanged (epoch given).
@@ -48,9 +55,9 @@ bool DramTier::put(ByteSpan key, ByteSpan block) { return impl_->insert(key, blo
 bool DramTier::put_if_absent(ByteSpan key, ByteSpan block) { return impl_->insert(key, block, false); }
 bool DramTier::put_if_unchanged(ByteSpan key, ByteSpan block, uint64_t epoch) { return impl_->insert(key, block, false, &epoch); }
 
-uint64_t DramTier::write_epoch() const {
+uint64_t DramTier::write_epoch(ByteSpan key) const {
   std::lock_guard lock(impl_->mu);
-  return impl_->write_epoch;
+  return impl_->epoch_of(as_key_string(key));
 }
 
 bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, bool replace, const uint64_t* epoch) {
@@ -59,7 +66,7 @@ bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, bool replace, const ui
   if (k.size() + block.size() > m.capacity) {
     std::lock_guard lock(m.mu);
     if (replace) {
-      ++m.write_epoch;
+      ++m.epoch_of(k);
       if (auto it = m.index.find(k); it != m.index.end()) m.drop_locked(it);  // never serve the older block
     }
     ++m.counters.rejected;
@@ -68,8 +75,8 @@ bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, bool replace, const ui
   // Copy outside the lock; the block is published whole.
   auto copy = std::make_shared<const std::vector<uint8_t>>(block.begin(), block.end());
   std::lock_guard lock(m.mu);
-  if (epoch && *epoch != m.write_epoch) return false;
-  if (replace) ++m.write_epoch;
+  if (epoch && *epoch != m.epoch_of(k)) return false;
+  if (replace) ++m.epoch_of(k);
   if (auto it = m.index.find(k); it != m.index.end()) {
     if (!replace) return false;
     m.drop_locked(it);
@@ -111,8 +118,9 @@ bool DramTier::contains(ByteSpan key) const {
 
 bool DramTier::erase(ByteSpan key) {
   std::lock_guard lock(impl_->mu);
-  ++impl_->write_epoch;
-  const auto it = impl_->index.find(as_key_string(key));
+  const std::string k = as_key_string(key);
+  ++impl_->epoch_of(k);
+  const auto it = impl_->index.find(k);
   if (it == impl_->index.end()) return false;
   impl_->drop_locked(it);
   return true;

@@ -44,9 +44,9 @@ struct Store::Impl {
   }
 
   bool get(ByteSpan key, MutableByteSpan out) {
-    // The epoch before the disk read: a put that lands after it, even one DRAM has evicted
-    // again, keeps the (possibly older) block read from being promoted.
-    const uint64_t epoch = dram.write_epoch();
+    // The key's epoch before the disk read: a put of the key that lands after it, even one DRAM
+    // has evicted again, keeps the (possibly older) block read from being promoted.
+    const uint64_t epoch = dram.write_epoch(key);
     if (dram.get(key, out)) return true;
     if (!disk.get(key, out)) return false;
     dram.put_if_unchanged(key, out, epoch);
