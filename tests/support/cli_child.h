@@ -21,7 +21,7 @@
 namespace nvfp4mla::testing {
 
 // Sanitizer runtimes reserve terabytes of address space: an address-space limit cannot apply.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)  // GCC names these two
 inline constexpr bool kAddressSpaceLimitsWork = false;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || __has_feature(thread_sanitizer)
