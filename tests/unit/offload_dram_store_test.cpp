@@ -56,14 +56,15 @@ TEST(OffloadDramTier, BudgetLruAndReplacement) {
   EXPECT_EQ(dram.stats().bytes, cost);  // only block 3 left
 }
 
-TEST(OffloadDramTier, PutIfAbsentNeverReplaces) {
+TEST(OffloadDramTier, PromotionNeverReplaces) {
   DramTier dram(1000);
   std::vector<uint8_t> out(10);
-  EXPECT_TRUE(dram.put_if_absent(key_of(0), pattern_bytes(10, 1)));
-  EXPECT_FALSE(dram.put_if_absent(key_of(0), pattern_bytes(10, 2)));
+  const uint64_t epoch = dram.write_epoch(key_of(0));
+  EXPECT_TRUE(dram.put_if_unchanged(key_of(0), pattern_bytes(10, 1), epoch));
+  EXPECT_FALSE(dram.put_if_unchanged(key_of(0), pattern_bytes(10, 2), epoch));
   ASSERT_TRUE(dram.get(key_of(0), out));
   EXPECT_EQ(out, pattern_bytes(10, 1));
-  EXPECT_FALSE(dram.put_if_absent(key_of(0), pattern_bytes(2000, 3)));  // too large: the stored block stays
+  EXPECT_FALSE(dram.put_if_unchanged(key_of(0), pattern_bytes(2000, 3), epoch));  // too large: the stored block stays
   ASSERT_TRUE(dram.get(key_of(0), out));
   EXPECT_EQ(out, pattern_bytes(10, 1));
   EXPECT_TRUE(dram.put(key_of(0), pattern_bytes(10, 4)));
@@ -73,7 +74,7 @@ TEST(OffloadDramTier, PutIfAbsentNeverReplaces) {
 
 // A reader promoting a block it read from disk passes the key's epoch it saw before the read. A
 // writer that stored a newer block under the key meanwhile, which DRAM evicted again, must keep
-// the older block out (put_if_absent alone would bring it back); writes of other keys must not.
+// the older block out; writes of other keys must not.
 TEST(OffloadDramTier, PutIfUnchangedRefusesAfterAWriteOfTheKey) {
   const size_t block = 100, key = 32, cost = block + key;
   DramTier dram(2 * cost);
@@ -91,7 +92,6 @@ TEST(OffloadDramTier, PutIfUnchangedRefusesAfterAWriteOfTheKey) {
   ASSERT_FALSE(dram.contains(key_of(0)));
   EXPECT_FALSE(dram.put_if_unchanged(key_of(0), pattern_bytes(block, 1), seen));
   EXPECT_FALSE(dram.contains(key_of(0)));
-  EXPECT_TRUE(dram.put_if_absent(key_of(0), pattern_bytes(block, 1)));  // what the old promotion did
 
   // Writes of other keys leave a promotion alone.
   const uint64_t before_others = dram.write_epoch(key_of(9));

@@ -27,16 +27,14 @@ class DramTier {
   // Copies the block in; evicts least-recently-used blocks to fit. False when the block alone
   // exceeds the budget (nothing is stored then; an older block under the key is dropped).
   bool put(ByteSpan key, ByteSpan block);
-  // The same, but false and no change when a block is stored under the key already (a reader
-  // promoting what it read never replaces a newer block a writer put meanwhile).
-  bool put_if_absent(ByteSpan key, ByteSpan block);
-  // Counts the puts and erases of `key` so far (put_if_absent and put_if_unchanged do not count).
-  // Keys share counters through a fixed table of 4096, so a write of another key may count too.
+  // Counts the puts and erases of `key` so far (put_if_unchanged does not count). Keys share
+  // counters through a fixed table of 4096, so a write of another key may count too.
   uint64_t write_epoch(ByteSpan key) const;
-  // put_if_absent that also refuses when a put or erase of the key happened since
-  // write_epoch(key) returned `epoch`. A reader promoting a block it read from a lower tier passes
-  // the epoch it saw before that read: a writer may meanwhile have stored a newer block here that
-  // was evicted again, and the older block must not come back in its place.
+  // A reader's promotion of a block it read from a lower tier: stores it like put, but false and
+  // no change when a block is stored under the key already (never replacing a newer one a writer
+  // put meanwhile) or when a put or erase of the key happened since write_epoch(key) returned
+  // `epoch`, read before the lower tier was (a writer may have stored a newer block here that was
+  // evicted again, and the older block must not come back in its place).
   bool put_if_unchanged(ByteSpan key, ByteSpan block, uint64_t epoch);
   // Copies the block out and marks it most recently used. False on a miss or when out.size()
   // differs from the stored block's size.

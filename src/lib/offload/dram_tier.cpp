@@ -5,6 +5,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,15 +29,15 @@ struct DramTier::Impl {
   uint64_t bytes = 0;
   // Puts and erases per key hash: bounded memory, and a write of one key rarely holds back
   // another key's promotion (only when their hashes share a counter).
-  std::array<uint64_t, 4096> write_epochs{};
+  static constexpr size_t kEpochSlots = 4096;
+  std::array<uint64_t, kEpochSlots> write_epochs{};
   DramTierStats counters;
 
-  uint64_t& epoch_of(const std::string& key) { return write_epochs[std::hash<std::string>{}(key) % write_epochs.size()]; }
-  uint64_t epoch_of(const std::string& key) const { return write_epochs[std::hash<std::string>{}(key) % write_epochs.size()]; }
+  static size_t epoch_slot(const std::string& key) { return std::hash<std::string>{}(key) % kEpochSlots; }
 
   static uint64_t cost(const std::string& key, const Block& block) { return key.size() + block->size(); }
-  // put (replace), put_if_absent, and put_if_unchanged (epoch given).
-  bool insert(ByteSpan key, ByteSpan block, bool replace, const uint64_t* epoch = nullptr);
+  // put (no epoch: replaces) and put_if_unchanged (the reader's epoch).
+  bool insert(ByteSpan key, ByteSpan block, std::optional<uint64_t> promotion_epoch);
   void drop_locked(std::unordered_map<std::string, Entry>::iterator it) {
     bytes -= cost(it->first, it->second.block);
     lru.erase(it->second.lru);
@@ -51,22 +52,23 @@ DramTier::DramTier(uint64_t capacity_bytes) : impl_(std::make_unique<Impl>()) {
 
 DramTier::~DramTier() = default;
 
-bool DramTier::put(ByteSpan key, ByteSpan block) { return impl_->insert(key, block, true); }
-bool DramTier::put_if_absent(ByteSpan key, ByteSpan block) { return impl_->insert(key, block, false); }
-bool DramTier::put_if_unchanged(ByteSpan key, ByteSpan block, uint64_t epoch) { return impl_->insert(key, block, false, &epoch); }
+bool DramTier::put(ByteSpan key, ByteSpan block) { return impl_->insert(key, block, std::nullopt); }
+bool DramTier::put_if_unchanged(ByteSpan key, ByteSpan block, uint64_t epoch) { return impl_->insert(key, block, epoch); }
 
 uint64_t DramTier::write_epoch(ByteSpan key) const {
   std::lock_guard lock(impl_->mu);
-  return impl_->epoch_of(as_key_string(key));
+  return impl_->write_epochs[Impl::epoch_slot(as_key_string(key))];
 }
 
-bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, bool replace, const uint64_t* epoch) {
+bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, std::optional<uint64_t> promotion_epoch) {
   Impl& m = *this;
   const std::string k = as_key_string(key);
+  const bool replace = !promotion_epoch;
+  uint64_t& epoch = m.write_epochs[epoch_slot(k)];  // read and written under the lock only
   if (k.size() + block.size() > m.capacity) {
     std::lock_guard lock(m.mu);
     if (replace) {
-      ++m.epoch_of(k);
+      ++epoch;
       if (auto it = m.index.find(k); it != m.index.end()) m.drop_locked(it);  // never serve the older block
     }
     ++m.counters.rejected;
@@ -75,8 +77,8 @@ bool DramTier::Impl::insert(ByteSpan key, ByteSpan block, bool replace, const ui
   // Copy outside the lock; the block is published whole.
   auto copy = std::make_shared<const std::vector<uint8_t>>(block.begin(), block.end());
   std::lock_guard lock(m.mu);
-  if (epoch && *epoch != m.epoch_of(k)) return false;
-  if (replace) ++m.epoch_of(k);
+  if (promotion_epoch && *promotion_epoch != epoch) return false;
+  if (replace) ++epoch;
   if (auto it = m.index.find(k); it != m.index.end()) {
     if (!replace) return false;
     m.drop_locked(it);
@@ -119,7 +121,7 @@ bool DramTier::contains(ByteSpan key) const {
 bool DramTier::erase(ByteSpan key) {
   std::lock_guard lock(impl_->mu);
   const std::string k = as_key_string(key);
-  ++impl_->epoch_of(k);
+  ++impl_->write_epochs[Impl::epoch_slot(k)];
   const auto it = impl_->index.find(k);
   if (it == impl_->index.end()) return false;
   impl_->drop_locked(it);
