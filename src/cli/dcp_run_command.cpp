@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
-#include <utility>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -113,7 +115,51 @@ void validate(const RunOptions& o) {
   parse_formats(o.formats);
 }
 
+constexpr size_t kIdBytes = 128;     // an ncclUniqueId
+constexpr double kTellSeconds = 60;     // how long a failed rank waits for rank 0's id to say so
+
+// A rank that fails before the join leaves a failed notice for the run's id, so that the ranks
+// waiting to join stop with its reason instead of waiting in the join (which cannot be
+// interrupted) for a rank that will never come. A rank other than 0 that failed before it read
+// the id waits for it first (at most kTellSeconds; rank 0 writes it right after it starts).
+void tell_other_ranks(const RunOptions& o, std::vector<char> id, std::string reason, bool wait_for_id) {
+  if (o.world <= 1 || o.rank < 0 || o.rank >= o.world || o.id_file.empty()) return;
+  if (reason.rfind("dcp run: ", 0) == 0) reason.erase(0, 9);
+  try {
+    if (id.empty()) {
+      if (!wait_for_id || o.rank == 0 || !(o.id_timeout >= 0)) return;
+      const double wait = std::min(o.id_timeout, kTellSeconds);
+      std::error_code ec;
+      if (!std::filesystem::exists(o.id_file, ec))
+        std::fprintf(stderr, "nvfp4mla: rank %d: %s; waiting up to %g s for %s to tell the other ranks\n", o.rank,
+                     reason.c_str(), wait, o.id_file.c_str());
+      id = read_dcp_id_file(o.id_file, kIdBytes, wait);
+    }
+    write_dcp_rank_notice(o.id_file, o.rank, id, false, reason);
+  } catch (const Error&) {
+    // No id to tell, or no notice written: the other ranks stop at their own timeout.
+  }
+}
+
 #if defined(NVFP4MLA_WITH_CUDA)
+
+// The options every rank of a run must share, as one line (each rank's own are its rank, device,
+// files and NCCL library): a rank with other values would issue other collectives.
+std::string shared_options(const RunOptions& o) {
+  auto list = [](const auto& v) {
+    std::string s;
+    for (const auto& x : v) {
+      if (!s.empty()) s += ",";
+      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::string>) s += x;
+      else s += std::to_string(x);
+    }
+    return s;
+  };
+  return "world " + std::to_string(o.world) + ", interleave " + std::to_string(o.interleave) + ", page size " +
+         std::to_string(o.page_size) + ", next-n " + std::to_string(o.next_n) + ", k " + std::to_string(o.k) + ", context " +
+         list(o.contexts) + ", rows " + list(o.rows) + ", heads " + list(o.heads) + ", formats " + list(o.formats) +
+         ", iters " + std::to_string(o.iters) + ", warmup " + std::to_string(o.warmup) + ", seed " + std::to_string(o.seed);
+}
 
 // The KV capacity per GPU budget (serving planner) with and without DCP: tokens one request may
 // hold, and requests of each context that fit.
@@ -496,25 +542,40 @@ nlohmann::json run_case(const RunOptions& o, cuda::DcpCommunicator& comm, cudaSt
 void run_gpu(const RunOptions& o, const std::vector<RecordSpec>& specs) {
   // NVLink SHARP (multicast) stays off unless the site says otherwise.
   setenv("NCCL_NVLS_ENABLE", "0", 0);
-  const int devices = cuda_device_count();
   const int device = o.device >= 0 ? o.device : o.rank;
-  if (devices == 0) throw Error("dcp run: no CUDA device");
-  if (device >= devices)
-    throw Error("dcp run: --device " + std::to_string(device) + " but only " + std::to_string(devices) + " CUDA devices are visible");
-  cu(cudaSetDevice(device), "cudaSetDevice");
-  std::string why;
-  if (!cuda::nccl_available(o.nccl_library, &why)) throw Error("dcp run: " + why);
-
   cuda::NcclUniqueId id;
-  if (o.rank == 0) {
-    id = cuda::nccl_unique_id(o.nccl_library);
-    if (!o.id_file.empty()) write_dcp_id_file(o.id_file, id.bytes, sizeof(id.bytes));
-  } else {
-    const std::vector<char> got = read_dcp_id_file(o.id_file, sizeof(id.bytes), o.id_timeout);
-    std::memcpy(id.bytes, got.data(), sizeof(id.bytes));
+  std::vector<char> id_bytes;  // once written or read
+  bool waited_for_id = false;
+  static_assert(sizeof(id.bytes) == kIdBytes);
+  try {
+    const int devices = cuda_device_count();
+    if (devices == 0) throw Error("dcp run: no CUDA device");
+    if (device >= devices)
+      throw Error("dcp run: --device " + std::to_string(device) + " but only " + std::to_string(devices) + " CUDA devices are visible");
+    cu(cudaSetDevice(device), "cudaSetDevice");
+    std::string why;
+    if (!cuda::nccl_available(o.nccl_library, &why)) throw Error("dcp run: " + why);
+    if (o.rank == 0) {
+      id = cuda::nccl_unique_id(o.nccl_library);
+      if (!o.id_file.empty()) write_dcp_id_file(o.id_file, id.bytes, sizeof(id.bytes));
+    } else {
+      waited_for_id = true;
+      const std::vector<char> got = read_dcp_id_file(o.id_file, sizeof(id.bytes), o.id_timeout);
+      std::memcpy(id.bytes, got.data(), sizeof(id.bytes));
+    }
+    id_bytes.assign(id.bytes, id.bytes + sizeof(id.bytes));
+    if (o.world > 1) {
+      // Nobody enters the join before every rank has said it is ready, with the same options.
+      write_dcp_rank_notice(o.id_file, o.rank, id_bytes, true, shared_options(o));
+      await_dcp_ranks(o.id_file, o.world, o.rank, id_bytes, shared_options(o), o.id_timeout);
+    }
+  } catch (const Error& e) {
+    tell_other_ranks(o, id_bytes, e.what(), !waited_for_id);
+    throw;
   }
   auto comm = cuda::make_nccl_communicator(id, o.world, o.rank, o.nccl_library);
-  // Every rank has joined (ncclCommInitRank returns when all have): the id is used up.
+  // Every rank has joined (ncclCommInitRank returns when all have): the id and the notices are used up.
+  if (o.world > 1) remove_dcp_rank_notice(o.id_file, o.rank);
   if (o.rank == 0 && !o.id_file.empty()) std::remove(o.id_file.c_str());
   cudaStream_t stream;
   cu(cudaStreamCreate(&stream), "stream");
@@ -559,13 +620,19 @@ void run_gpu(const RunOptions& o, const std::vector<RecordSpec>& specs) {
 #endif
 
 void run(const RunOptions& o) {
-  validate(o);
-  const std::vector<RecordSpec> specs = parse_formats(o.formats);
+  std::vector<RecordSpec> specs;
+  try {
+    validate(o);
+    specs = parse_formats(o.formats);
+#if !defined(NVFP4MLA_WITH_CUDA)
+    throw Error("dcp run: this build of nvfp4mla has no CUDA support");
+#endif
+  } catch (const Error& e) {
+    tell_other_ranks(o, {}, e.what(), true);
+    throw;
+  }
 #if defined(NVFP4MLA_WITH_CUDA)
   run_gpu(o, specs);
-#else
-  (void)specs;
-  throw Error("dcp run: this build of nvfp4mla has no CUDA support");
 #endif
 }
 
@@ -579,7 +646,9 @@ void add_dcp_run_command(CLI::App* dcp) {
   cmd->add_option("--world", o->world, "DCP size: processes (GPUs)")->required();
   cmd->add_option("--rank", o->rank, "This process's rank, 0..world-1")->required();
   cmd->add_option("--id-file", o->id_file, "File through which rank 0 hands the NCCL id to the others (a new path per run)");
-  cmd->add_option("--id-timeout", o->id_timeout, "Seconds the other ranks wait for the id file")->capture_default_str();
+  cmd->add_option("--id-timeout", o->id_timeout,
+                  "Seconds a rank waits for the id file (ranks other than 0), then for every rank's notice that it is ready to join")
+      ->capture_default_str();
   cmd->add_option("--device", o->device, "CUDA device (default: the rank)");
   cmd->add_option("--interleave", o->interleave, "Tokens per rank block (power of two)")->capture_default_str();
   cmd->add_option("--page-size", o->page_size, "Each rank's page size (a multiple of the interleave)")->capture_default_str();

@@ -1,21 +1,27 @@
 // `nvfp4mla dcp run` with a world of 1 over NCCL: every record format, MTP rows, the step equal to
 // the single GPU (top-k bit for bit, attention within the GPU tests' limits), graph replay equal
 // to eager, phase times and the capacity table in the JSON; the same through the launcher
-// (scripts/dcp_multi_gpu.sh 1, which exchanges the NCCL id through a file). Skips without a
-// device or a loadable NCCL.
+// (scripts/dcp_multi_gpu.sh 1, which exchanges the NCCL id through a file); and rank 0 of a world
+// of 2 stopping before the join when rank 1 is missing or says it failed. Skips without a device
+// or a loadable NCCL.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "gpu/dcp_support.h"
 #include "gpu/gpu_support.h"
+#include "nvfp4mla/dcp_id_file.h"
+#include "nvfp4mla/error.h"
 #include "nvfp4mla/format.h"
 #include "support/temp_dir.h"
 
@@ -102,5 +108,43 @@ TEST(GpuDcpRun, LauncherWithOneGpu) {
   EXPECT_NE(r.output.find("all ranks passed"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir / "out" / "nccl.id"));  // rank 0 removes the id once every rank joined
   expect_passing_json(dir / "out" / "dcp_run.json", 1);
+}
+
+// No rank enters the NCCL join (which waits for every rank and cannot be interrupted) before all
+// have said they are ready: rank 0 alone stops after --id-timeout naming rank 1, and stops at
+// once with rank 1's reason when rank 1 leaves a failed notice for its id.
+TEST(GpuDcpRun, RankZeroStopsBeforeTheJoinWhenAnotherRankIsMissingOrFailed) {
+  NVFP4MLA_REQUIRE_GPU();
+  NVFP4MLA_REQUIRE_NCCL();
+  const std::string lib = nt::test_nccl_library();
+  const std::string rank0 = std::string("env -u NCCL_NVLS_ENABLE '") + NVFP4MLA_CLI_PATH +
+                            "' dcp run --world 2 --rank 0 --id-file nccl.id" + kCaseOptions +
+                            (lib.empty() ? "" : " --nccl-library '" + lib + "'");
+  using Clock = std::chrono::steady_clock;
+  {
+    nt::TempDir dir;
+    const auto start = Clock::now();
+    const ShellRun r = run_shell(dir, rank0 + " --id-timeout 2");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("rank(s) 1 of 2 left no notice next to id file nccl.id within 2 s"), std::string::npos) << r.output;
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(60));
+  }
+  nt::TempDir dir;
+  const auto start = Clock::now();
+  ShellRun r{-1, ""};
+  std::thread rank0_process([&] { r = run_shell(dir, rank0 + " --id-timeout 300"); });
+  const fs::path id_path = dir / "nccl.id";
+  std::vector<char> id;
+  try {
+    id = nvfp4mla::read_dcp_id_file(id_path.string(), 128, 60);
+    nvfp4mla::write_dcp_rank_notice(id_path.string(), 1, id, false, "stand-in rank 1 cannot run");
+  } catch (const nvfp4mla::Error& e) {
+    ADD_FAILURE() << e.what();
+  }
+  rank0_process.join();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 will not join the run of id file nccl.id: stand-in rank 1 cannot run"), std::string::npos)
+      << r.output;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(120));  // not the 300 s timeout
 }
 #endif

@@ -162,3 +162,89 @@ TEST(DcpMultiGpuScript, StartsEveryRankAndStopsTheOthersWhenOneFails) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));  // rank 0 was stopped
   EXPECT_NE(read_text(dir / "bad.log").find("rank 1 failed"), std::string::npos);
 }
+
+// The ranks' notices before the join: every rank waits until the others are ready with the same
+// options, stops at once with the reason of a rank that failed, ignores notices left for another
+// id, and names the silent ranks when it gives up.
+TEST(DcpRankNotices, EveryRankReadyWithTheSameOptionsEndsTheWait) {
+  TempDir dir;
+  const std::string path = (dir / "nccl.id").string();
+  const std::vector<char> id = id_bytes(3);
+  nvfp4mla::write_dcp_rank_notice(path, 1, id, true, "k 2048");
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    nvfp4mla::write_dcp_rank_notice(path, 2, id, true, "k 2048");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(nvfp4mla::await_dcp_ranks(path, 3, 0, id, "k 2048", 30));
+  late.join();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));  // it waited for rank 2
+  nvfp4mla::remove_dcp_rank_notice(path, 1);
+  nvfp4mla::remove_dcp_rank_notice(path, 2);
+  EXPECT_EQ(entries(dir), 0u);
+  EXPECT_NO_THROW(nvfp4mla::await_dcp_ranks(path, 1, 0, id, "k 2048", 0));  // a world of one waits for no one
+}
+
+TEST(DcpRankNotices, AFailedRankOrOtherOptionsStopTheWaitAtOnce) {
+  TempDir dir;
+  const std::string path = (dir / "nccl.id").string();
+  const std::vector<char> id = id_bytes(3);
+  nvfp4mla::write_dcp_rank_notice(path, 0, id, true, "k 2048");
+  nvfp4mla::write_dcp_rank_notice(path, 2, id, false, "no CUDA device");
+  auto start = std::chrono::steady_clock::now();
+  std::string e = error_of([&] { nvfp4mla::await_dcp_ranks(path, 3, 1, id, "k 2048", 30); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_NE(e.find("rank 2 will not join"), std::string::npos) << e;
+  EXPECT_NE(e.find("no CUDA device"), std::string::npos) << e;
+
+  nvfp4mla::write_dcp_rank_notice(path, 2, id, true, "k 1024");  // replaces the failed notice
+  start = std::chrono::steady_clock::now();
+  e = error_of([&] { nvfp4mla::await_dcp_ranks(path, 3, 1, id, "k 2048", 30); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_NE(e.find("rank 2 runs with other options than rank 1 (rank 2: k 1024; rank 1: k 2048)"), std::string::npos) << e;
+}
+
+TEST(DcpRankNotices, NoticesOfAnotherRunAreIgnoredAndSilentRanksNamed) {
+  TempDir dir;
+  const std::string path = (dir / "nccl.id").string();
+  const std::vector<char> id = id_bytes(3), old_id = id_bytes(5);
+  nvfp4mla::write_dcp_rank_notice(path, 1, old_id, false, "failed in an earlier run");
+  nvfp4mla::write_dcp_rank_notice(path, 2, id, true, "k 2048");
+  dir.write("nccl.id.rank3", "not a notice\n");
+  const std::string e = error_of([&] { nvfp4mla::await_dcp_ranks(path, 4, 0, id, "k 2048", 0.2); });
+  EXPECT_NE(e.find("rank(s) 1, 3 of 4 left no notice next to id file " + path + " within 0.2 s"), std::string::npos) << e;
+
+  EXPECT_THROW(nvfp4mla::await_dcp_ranks(path, 2, 2, id, "", 0), nvfp4mla::Error);   // rank out of range
+  EXPECT_THROW(nvfp4mla::await_dcp_ranks(path, 2, 0, id, "", -1), nvfp4mla::Error);  // negative timeout
+  EXPECT_THROW(nvfp4mla::await_dcp_ranks("", 2, 0, id, "", 0), nvfp4mla::Error);
+  EXPECT_THROW(nvfp4mla::write_dcp_rank_notice(path, 0, {}, true, ""), nvfp4mla::Error);  // no id
+  EXPECT_THROW(nvfp4mla::write_dcp_rank_notice(path, -1, id, true, ""), nvfp4mla::Error);
+  EXPECT_THROW(nvfp4mla::write_dcp_rank_notice((dir / "missing" / "nccl.id").string(), 0, id, true, ""), nvfp4mla::Error);
+}
+
+#ifdef NVFP4MLA_CLI_PATH
+// A rank that cannot run leaves a failed notice for the run's id with its reason, so that the
+// other ranks stop instead of waiting in the join for it: here rank 1 with a bad option (the id
+// already written by rank 0), and rank 1 with good options, which fails on a machine without a GPU
+// and, with one, gives up waiting for rank 0's notice.
+TEST(CliDcpRun, ARankThatCannotRunTellsTheOtherRanksWhy) {
+  TempDir dir;
+  const std::vector<char> id = id_bytes(9);
+  const std::string path = (dir / "nccl.id").string();
+  nvfp4mla::write_dcp_id_file(path, id.data(), id.size());
+  auto r = nvfp4mla::testing::run_cli(dir, "dcp run --world 2 --rank 1 --id-file nccl.id -k 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("-k must be in 1.."), std::string::npos) << r.err;
+  std::string e = error_of([&] { nvfp4mla::await_dcp_ranks(path, 2, 0, id, "", 5); });
+  EXPECT_NE(e.find("rank 1 will not join the run of id file " + path + ": -k must be in 1.."), std::string::npos) << e;
+
+  fs::remove(path + ".rank1");
+  r = nvfp4mla::testing::run_cli(dir, "dcp run --world 2 --rank 1 --id-file nccl.id --id-timeout 1");
+  EXPECT_NE(r.exit_code, 0);
+  e = error_of([&] { nvfp4mla::await_dcp_ranks(path, 2, 0, id, "", 5); });
+  EXPECT_NE(e.find("rank 1 will not join the run of id file " + path + ": "), std::string::npos) << e;
+  EXPECT_TRUE(e.find("no CUDA device") != std::string::npos || e.find("rank(s) 0 of 2 left no notice") != std::string::npos ||
+              e.find("NCCL") != std::string::npos)
+      << e;
+}
+#endif

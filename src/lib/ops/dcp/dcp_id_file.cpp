@@ -11,9 +11,63 @@
 #include <system_error>
 #include <thread>
 
+#include "nvfp4mla/calibration.h"
 #include "nvfp4mla/error.h"
 
 namespace nvfp4mla {
+
+namespace {
+
+// Writes `text` to `path` through a temporary file in the same folder and a rename, so that a
+// reader sees the old file, no file or the whole new one.
+void write_atomically(const std::string& path, const std::string& text, const char* what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f || !f.write(text.data(), static_cast<std::streamsize>(text.size())) || !f.flush()) {
+      f.close();
+      fs::remove(tmp, ec);
+      throw Error(std::string(what) + ": cannot write " + tmp);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    fs::remove(tmp, ec);
+    throw Error(std::string(what) + ": cannot rename " + tmp + " to " + path);
+  }
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s);
+  return text;
+}
+
+constexpr const char* kNoticeMagic = "nvfp4mla dcp rank notice";
+
+std::string notice_path(const std::string& id_path, int rank) { return id_path + ".rank" + std::to_string(rank); }
+
+// A notice's content: magic, the id's SHA-256, "ready" or "failed", then the detail.
+struct Notice {
+  bool ready = false;
+  std::string detail;
+};
+
+// The notice at `path` if there is one for the run of id hash `key`; none for a missing file or
+// one left by another run.
+bool read_notice(const std::string& path, const std::string& key, Notice* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::string magic, id_line, state;
+  if (!std::getline(f, magic) || !std::getline(f, id_line) || !std::getline(f, state)) return false;
+  if (magic != kNoticeMagic || id_line != "id " + key || (state != "ready" && state != "failed")) return false;
+  out->ready = state == "ready";
+  out->detail.assign(std::istreambuf_iterator<char>(f), {});
+  return true;
+}
+
+}  // namespace
 
 void write_dcp_id_file(const std::string& path, const void* bytes, size_t size) {
   if (path.empty()) throw Error("id file: the path is empty");
@@ -22,21 +76,60 @@ void write_dcp_id_file(const std::string& path, const void* bytes, size_t size) 
   std::error_code ec;
   if (fs::exists(path, ec))
     throw Error("id file " + path + " already exists (left from an earlier run?): remove it or pass a new path");
-  // The temporary name is unique per process, in the target's folder so the rename is atomic.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f || !f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size)) || !f.flush()) {
-      f.close();
-      fs::remove(tmp, ec);
-      throw Error("id file: cannot write " + tmp);
-    }
-  }
   // rename() replaces silently; the existence check above is what refuses a stale file.
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    fs::remove(tmp, ec);
-    throw Error("id file: cannot rename " + tmp + " to " + path);
+  write_atomically(path, std::string(static_cast<const char*>(bytes), size), "id file");
+}
+
+void write_dcp_rank_notice(const std::string& id_path, int rank, const std::vector<char>& id, bool ready,
+                           const std::string& detail) {
+  if (id_path.empty()) throw Error("rank notice: the id file path is empty");
+  if (rank < 0) throw Error("rank notice: rank must be >= 0");
+  if (id.empty()) throw Error("rank notice: the id is empty");
+  const std::string text = std::string(kNoticeMagic) + "\nid " + sha256_hex(id.data(), id.size()) + "\n" +
+                           (ready ? "ready" : "failed") + "\n" + detail;
+  write_atomically(notice_path(id_path, rank), text, "rank notice");
+}
+
+void await_dcp_ranks(const std::string& id_path, int world, int rank, const std::vector<char>& id,
+                     const std::string& options, double timeout_seconds) {
+  if (id_path.empty()) throw Error("rank notices: the id file path is empty");
+  if (world < 1 || rank < 0 || rank >= world) throw Error("rank notices: rank must be in 0..world-1");
+  if (id.empty()) throw Error("rank notices: the id is empty");
+  if (!(timeout_seconds >= 0)) throw Error("rank notices: timeout_seconds must be >= 0");
+  const std::string key = sha256_hex(id.data(), id.size());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  std::vector<bool> ready(world, false);
+  ready[rank] = true;
+  for (;;) {
+    bool all = true;
+    for (int q = 0; q < world; ++q) {
+      if (ready[q]) continue;
+      Notice n;
+      if (!read_notice(notice_path(id_path, q), key, &n)) {
+        all = false;
+        continue;
+      }
+      if (!n.ready) throw Error("rank " + std::to_string(q) + " will not join the run of id file " + id_path + ": " + n.detail);
+      if (n.detail != options)
+        throw Error("rank " + std::to_string(q) + " runs with other options than rank " + std::to_string(rank) + " (rank " +
+                    std::to_string(q) + ": " + n.detail + "; rank " + std::to_string(rank) + ": " + options + ")");
+      ready[q] = true;
+    }
+    if (all) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string missing;
+      for (int q = 0; q < world; ++q)
+        if (!ready[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+      throw Error("rank(s) " + missing + " of " + std::to_string(world) + " left no notice next to id file " + id_path +
+                  " within " + seconds_text(timeout_seconds) + " s: are they running with this id file?");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+void remove_dcp_rank_notice(const std::string& id_path, int rank) {
+  std::error_code ec;
+  std::filesystem::remove(notice_path(id_path, rank), ec);
 }
 
 std::vector<char> read_dcp_id_file(const std::string& path, size_t size, double timeout_seconds) {
@@ -55,9 +148,8 @@ std::vector<char> read_dcp_id_file(const std::string& path, size_t size, double 
       return got;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      char seconds[32];
-      std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds);
-      throw Error("id file " + path + " did not appear within " + seconds + " s: is rank 0 running with the same id file?");
+      throw Error("id file " + path + " did not appear within " + seconds_text(timeout_seconds) +
+                  " s: is rank 0 running with the same id file?");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
