@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
 # Usage (from the repo root, with the binaries in .devbin/):
-#   scripts/device_run.sh [tests|qualification|bench|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
+#   scripts/device_run.sh [tests|qualification|ab|bench|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
 # The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
 # is then unavailable there), or the CLI will not load.
 set -uo pipefail
@@ -60,6 +60,19 @@ for step in "$@"; do
       # The README's main command on the GPU (the default report), table + JSON.
       "$BIN/nvfp4mla" eval --device cuda --no-progress --json "$OUT/quality_h200.json" >"$OUT/quality_h200.txt" 2>&1
       echo "eval rc=$?"; grep -E "^  (bf16|fp8|nvfp4)|ran on|\(" "$OUT/quality_h200.txt" | tail -30 ;;
+    ab)
+      # Two builds alternating in one call, ${ROUNDS:-2} rounds: $A and $B are folders holding an
+      # nvfp4mla CLI, $ARGS the bench arguments (default: the 16- and 32-head decode rows). Builds
+      # are compared only within one call (docs/PERF.md, "Machine and method").
+      for r in $(seq ${ROUNDS:-2}); do
+        for b in "$A" "$B"; do
+          name=$(basename "$b")
+          "$b/nvfp4mla" bench ${ARGS:-decode --rows 128 --heads 16 32 --topk 2048 --warmup-seconds 1} \
+            --json "$OUT/ab_${name}_$r.json" >"$OUT/ab_${name}_$r.txt" 2>&1
+          echo "$name round $r:"
+          grep -E '^(nvfp4|fp8|bf16)' "$OUT/ab_${name}_$r.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $7, $14}'
+        done
+      done ;;
     variants)
       # Time the decode with stages left out (results are garbage; only the time matters). Needs one
       # profiling build per value, configured with -DNVFP4MLA_DECODE_STAGE_SKIP=N, whose CLI is
