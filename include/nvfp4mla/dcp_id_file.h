@@ -31,9 +31,17 @@ void write_dcp_rank_notice(const std::string& id_path, int rank, const std::vect
 // Waits (polling) until each other rank of `world` has left its notice for `id`, and returns when
 // every one is ready with `options` equal to this rank's. Throws Error as soon as a rank's notice
 // says it failed (with its reason) or that it runs with other options (both lists), and after
-// `timeout_seconds` naming the ranks that left none.
+// `timeout_seconds` naming the ranks that left none. Rank 0 decides for the run this way, then
+// leaves its own notice: ready (every rank may join) or failed (with the reason it gave up).
 void await_dcp_ranks(const std::string& id_path, int world, int rank, const std::vector<char>& id,
                      const std::string& options, double timeout_seconds);
+
+// A rank other than 0, once its ready notice is out: waits for rank 0's decision. Returns when
+// rank 0's notice is ready; throws Error with rank 0's reason when it failed, and after
+// `timeout_seconds` (give it more than rank 0's own wait, so that rank 0 decides first: a rank
+// that left after rank 0 said ready would leave the others waiting in the join).
+void await_dcp_rank_zero(const std::string& id_path, int world, int rank, const std::vector<char>& id,
+                         double timeout_seconds);
 
 // Removes rank `rank`'s notice (once every rank has joined, no one reads it any more).
 void remove_dcp_rank_notice(const std::string& id_path, int rank);

@@ -116,7 +116,9 @@ void validate(const RunOptions& o) {
 }
 
 constexpr size_t kIdBytes = 128;     // an ncclUniqueId
-constexpr double kTellSeconds = 60;     // how long a failed rank waits for rank 0's id to say so
+// How long a failed rank waits for rank 0's id to say so, and how much longer than rank 0 the
+// others wait for rank 0's decision.
+constexpr double kTellSeconds = 60;
 
 // A rank that fails before the join leaves a failed notice for the run's id, so that the ranks
 // waiting to join stop with its reason instead of waiting in the join (which cannot be
@@ -564,10 +566,15 @@ void run_gpu(const RunOptions& o, const std::vector<RecordSpec>& specs) {
       std::memcpy(id.bytes, got.data(), sizeof(id.bytes));
     }
     id_bytes.assign(id.bytes, id.bytes + sizeof(id.bytes));
-    if (o.world > 1) {
-      // Nobody enters the join before every rank has said it is ready, with the same options.
+    // Nobody enters the join before every rank has said it is ready, with the same options: rank 0
+    // waits for every other rank's notice, then says so in its own, which the others wait for (a
+    // minute longer than rank 0 waits for them, so that rank 0 always decides first).
+    if (o.world > 1 && o.rank == 0) {
+      await_dcp_ranks(o.id_file, o.world, 0, id_bytes, shared_options(o), o.id_timeout);
+      write_dcp_rank_notice(o.id_file, 0, id_bytes, true, shared_options(o));
+    } else if (o.world > 1) {
       write_dcp_rank_notice(o.id_file, o.rank, id_bytes, true, shared_options(o));
-      await_dcp_ranks(o.id_file, o.world, o.rank, id_bytes, shared_options(o), o.id_timeout);
+      await_dcp_rank_zero(o.id_file, o.world, o.rank, id_bytes, o.id_timeout + kTellSeconds);
     }
   } catch (const Error& e) {
     tell_other_ranks(o, id_bytes, e.what(), !waited_for_id);

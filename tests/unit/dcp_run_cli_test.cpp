@@ -222,6 +222,32 @@ TEST(DcpRankNotices, NoticesOfAnotherRunAreIgnoredAndSilentRanksNamed) {
   EXPECT_THROW(nvfp4mla::write_dcp_rank_notice((dir / "missing" / "nccl.id").string(), 0, id, true, ""), nvfp4mla::Error);
 }
 
+// The other ranks follow rank 0's decision: its ready notice lets them join, its failed notice
+// stops them with its reason.
+TEST(DcpRankNotices, OtherRanksFollowRankZerosDecision) {
+  TempDir dir;
+  const std::string path = (dir / "nccl.id").string();
+  const std::vector<char> id = id_bytes(3);
+  std::string e = error_of([&] { nvfp4mla::await_dcp_rank_zero(path, 3, 2, id, 0.2); });
+  EXPECT_NE(e.find("rank(s) 0 of 3 left no notice next to id file " + path + " within 0.2 s"), std::string::npos) << e;
+  nvfp4mla::write_dcp_rank_notice(path, 0, id, false, "rank 1 will not join: no CUDA device");
+  e = error_of([&] { nvfp4mla::await_dcp_rank_zero(path, 3, 2, id, 30); });
+  EXPECT_NE(e.find("rank 0 will not join the run of id file " + path + ": rank 1 will not join: no CUDA device"), std::string::npos)
+      << e;
+  nvfp4mla::write_dcp_rank_notice(path, 0, id_bytes(4), true, "k 2048");  // another run's decision: not this one's
+  e = error_of([&] { nvfp4mla::await_dcp_rank_zero(path, 3, 2, id, 0.2); });
+  EXPECT_NE(e.find("rank(s) 0 of 3 left no notice"), std::string::npos) << e;
+  std::thread decide([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    nvfp4mla::write_dcp_rank_notice(path, 0, id, true, "k 2048");
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(nvfp4mla::await_dcp_rank_zero(path, 3, 2, id, 30));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));
+  decide.join();
+  EXPECT_THROW(nvfp4mla::await_dcp_rank_zero(path, 3, 0, id, 1), nvfp4mla::Error);  // rank 0 waits for no decision
+}
+
 #ifdef NVFP4MLA_CLI_PATH
 // A rank that cannot run leaves a failed notice for the run's id with its reason, so that the
 // other ranks stop instead of waiting in the join for it: here rank 1 with a bad option (the id

@@ -90,41 +90,62 @@ void write_dcp_rank_notice(const std::string& id_path, int rank, const std::vect
   write_atomically(notice_path(id_path, rank), text, "rank notice");
 }
 
-void await_dcp_ranks(const std::string& id_path, int world, int rank, const std::vector<char>& id,
-                     const std::string& options, double timeout_seconds) {
-  if (id_path.empty()) throw Error("rank notices: the id file path is empty");
-  if (world < 1 || rank < 0 || rank >= world) throw Error("rank notices: rank must be in 0..world-1");
-  if (id.empty()) throw Error("rank notices: the id is empty");
-  if (!(timeout_seconds >= 0)) throw Error("rank notices: timeout_seconds must be >= 0");
-  const std::string key = sha256_hex(id.data(), id.size());
+namespace {
+
+// Waits for the notices of `ranks` (this rank is `self`, of a world of `world`) for the run of
+// id hash `key`: returns when each is ready (with `*options`, when given), throws Error at the
+// first failed one, one with other options, or after the timeout naming the silent ranks.
+void wait_until_ready(const std::string& id_path, std::vector<int> ranks, int world, int self, const std::string& key,
+                      const std::string* options, double timeout_seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  std::vector<bool> ready(world, false);
-  ready[rank] = true;
   for (;;) {
-    bool all = true;
-    for (int q = 0; q < world; ++q) {
-      if (ready[q]) continue;
+    std::vector<int> silent;
+    for (int q : ranks) {
       Notice n;
       if (!read_notice(notice_path(id_path, q), key, &n)) {
-        all = false;
+        silent.push_back(q);
         continue;
       }
       if (!n.ready) throw Error("rank " + std::to_string(q) + " will not join the run of id file " + id_path + ": " + n.detail);
-      if (n.detail != options)
-        throw Error("rank " + std::to_string(q) + " runs with other options than rank " + std::to_string(rank) + " (rank " +
-                    std::to_string(q) + ": " + n.detail + "; rank " + std::to_string(rank) + ": " + options + ")");
-      ready[q] = true;
+      if (options && n.detail != *options)
+        throw Error("rank " + std::to_string(q) + " runs with other options than rank " + std::to_string(self) + " (rank " +
+                    std::to_string(q) + ": " + n.detail + "; rank " + std::to_string(self) + ": " + *options + ")");
     }
-    if (all) return;
+    if (silent.empty()) return;
+    ranks = silent;
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::string missing;
-      for (int q = 0; q < world; ++q)
-        if (!ready[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-      throw Error("rank(s) " + missing + " of " + std::to_string(world) + " left no notice next to id file " + id_path +
+      std::string names;
+      for (int q : silent) names += (names.empty() ? "" : ", ") + std::to_string(q);
+      throw Error("rank(s) " + names + " of " + std::to_string(world) + " left no notice next to id file " + id_path +
                   " within " + seconds_text(timeout_seconds) + " s: are they running with this id file?");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+void check_notice_args(const std::string& id_path, int world, int rank, const std::vector<char>& id, double timeout_seconds) {
+  if (id_path.empty()) throw Error("rank notices: the id file path is empty");
+  if (world < 1 || rank < 0 || rank >= world) throw Error("rank notices: rank must be in 0..world-1");
+  if (id.empty()) throw Error("rank notices: the id is empty");
+  if (!(timeout_seconds >= 0)) throw Error("rank notices: timeout_seconds must be >= 0");
+}
+
+}  // namespace
+
+void await_dcp_ranks(const std::string& id_path, int world, int rank, const std::vector<char>& id,
+                     const std::string& options, double timeout_seconds) {
+  check_notice_args(id_path, world, rank, id, timeout_seconds);
+  std::vector<int> others;
+  for (int q = 0; q < world; ++q)
+    if (q != rank) others.push_back(q);
+  wait_until_ready(id_path, others, world, rank, sha256_hex(id.data(), id.size()), &options, timeout_seconds);
+}
+
+void await_dcp_rank_zero(const std::string& id_path, int world, int rank, const std::vector<char>& id,
+                         double timeout_seconds) {
+  check_notice_args(id_path, world, rank, id, timeout_seconds);
+  if (rank == 0) throw Error("rank notices: rank 0 waits for the others (await_dcp_ranks), not for itself");
+  wait_until_ready(id_path, {0}, world, rank, sha256_hex(id.data(), id.size()), nullptr, timeout_seconds);
 }
 
 void remove_dcp_rank_notice(const std::string& id_path, int rank) {
