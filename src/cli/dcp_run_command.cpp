@@ -570,10 +570,13 @@ void run_gpu(const RunOptions& o, const std::vector<RecordSpec>& specs) {
     // waits for every other rank's notice, then says so in its own, which the others wait for (a
     // minute longer than rank 0 waits for them, so that rank 0 always decides first).
     if (o.world > 1 && o.rank == 0) {
+      std::fprintf(stderr, "nvfp4mla: rank 0: waiting up to %g s for ranks 1..%d to be ready to join\n", o.id_timeout,
+                   o.world - 1);
       await_dcp_ranks(o.id_file, o.world, 0, id_bytes, shared_options(o), o.id_timeout);
       write_dcp_rank_notice(o.id_file, 0, id_bytes, true, shared_options(o));
     } else if (o.world > 1) {
       write_dcp_rank_notice(o.id_file, o.rank, id_bytes, true, shared_options(o));
+      std::fprintf(stderr, "nvfp4mla: rank %d: ready; waiting for rank 0 to say every rank is\n", o.rank);
       await_dcp_rank_zero(o.id_file, o.world, o.rank, id_bytes, o.id_timeout + kTellSeconds);
     }
   } catch (const Error& e) {
