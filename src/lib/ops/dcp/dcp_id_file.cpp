@@ -1,8 +1,6 @@
 // The bootstrap id exchange of multi-process DCP runs (dcp_id_file.h).
 #include "nvfp4mla/dcp_id_file.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,28 +11,19 @@
 
 #include "nvfp4mla/calibration.h"
 #include "nvfp4mla/error.h"
+#include "nvfp4mla/safetensors.h"
 
 namespace nvfp4mla {
 
 namespace {
 
-// Writes `text` to `path` through a temporary file in the same folder and a rename, so that a
+// Writes `bytes` to `path` with the library's atomic writer (temporary file, fsync, rename): a
 // reader sees the old file, no file or the whole new one.
-void write_atomically(const std::string& path, const std::string& text, const char* what) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f || !f.write(text.data(), static_cast<std::streamsize>(text.size())) || !f.flush()) {
-      f.close();
-      fs::remove(tmp, ec);
-      throw Error(std::string(what) + ": cannot write " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    fs::remove(tmp, ec);
-    throw Error(std::string(what) + ": cannot rename " + tmp + " to " + path);
+void write_atomically(const std::string& path, const void* bytes, size_t size, const char* what) {
+  try {
+    write_file_atomic(path, bytes, size);
+  } catch (const Error& e) {
+    throw Error(std::string(what) + ": cannot write " + path + " (" + e.what() + ")");
   }
 }
 
@@ -67,30 +56,6 @@ bool read_notice(const std::string& path, const std::string& key, Notice* out) {
   return true;
 }
 
-}  // namespace
-
-void write_dcp_id_file(const std::string& path, const void* bytes, size_t size) {
-  if (path.empty()) throw Error("id file: the path is empty");
-  if (!bytes || size == 0) throw Error("id file: no bytes to write");
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(path, ec))
-    throw Error("id file " + path + " already exists (left from an earlier run?): remove it or pass a new path");
-  // rename() replaces silently; the existence check above is what refuses a stale file.
-  write_atomically(path, std::string(static_cast<const char*>(bytes), size), "id file");
-}
-
-void write_dcp_rank_notice(const std::string& id_path, int rank, const std::vector<char>& id, bool ready,
-                           const std::string& detail) {
-  if (id_path.empty()) throw Error("rank notice: the id file path is empty");
-  if (rank < 0) throw Error("rank notice: rank must be >= 0");
-  if (id.empty()) throw Error("rank notice: the id is empty");
-  const std::string text = std::string(kNoticeMagic) + "\nid " + sha256_hex(id.data(), id.size()) + "\n" +
-                           (ready ? "ready" : "failed") + "\n" + detail;
-  write_atomically(notice_path(id_path, rank), text, "rank notice");
-}
-
-namespace {
 
 // Waits for the notices of `ranks` (this rank is `self`, of a world of `world`) for the run of
 // id hash `key`: returns when each is ready (with `*options`, when given), throws Error at the
@@ -131,6 +96,27 @@ void check_notice_args(const std::string& id_path, int world, int rank, const st
 }
 
 }  // namespace
+
+void write_dcp_id_file(const std::string& path, const void* bytes, size_t size) {
+  if (path.empty()) throw Error("id file: the path is empty");
+  if (!bytes || size == 0) throw Error("id file: no bytes to write");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(path, ec))
+    throw Error("id file " + path + " already exists (left from an earlier run?): remove it or pass a new path");
+  // rename() replaces silently; the existence check above is what refuses a stale file.
+  write_atomically(path, bytes, size, "id file");
+}
+
+void write_dcp_rank_notice(const std::string& id_path, int rank, const std::vector<char>& id, bool ready,
+                           const std::string& detail) {
+  if (id_path.empty()) throw Error("rank notice: the id file path is empty");
+  if (rank < 0) throw Error("rank notice: rank must be >= 0");
+  if (id.empty()) throw Error("rank notice: the id is empty");
+  const std::string text = std::string(kNoticeMagic) + "\nid " + sha256_hex(id.data(), id.size()) + "\n" +
+                           (ready ? "ready" : "failed") + "\n" + detail;
+  write_atomically(notice_path(id_path, rank), text.data(), text.size(), "rank notice");
+}
 
 void await_dcp_ranks(const std::string& id_path, int world, int rank, const std::vector<char>& id,
                      const std::string& options, double timeout_seconds) {
