@@ -347,6 +347,26 @@ TEST(DecodePlan, AutomaticChoiceFallsBackToAKernelThatFits) {
     EXPECT_EQ(default_decode_kernel(h200, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm90_ws_pair_wide);
 }
 
+// The portable 16-head kernel fits the smallest shared memory of the devices it serves (99 KB
+// on sm_86/89/120) for every NVFP4 record width, so those devices run every NVFP4 format at 16
+// heads with it: 432-byte records keep 4 record stages, 368-byte records 5.
+TEST(DecodePlan, PortableSixteenHeadKernelFitsNinetyNineKilobytesForEveryNvfp4Format) {
+  EXPECT_EQ(decode::h16_stages(368), 5);
+  EXPECT_EQ(decode::h16_stages(432), 4);
+  EXPECT_GT(decode::h16_smem_bytes(432, 5), decode::kSmemSmallestOptInPerBlock);  // why 432 keeps 4
+  for (const ArchSpec& arch : {arch_spec(8, 6, 84), arch_spec(8, 9, 128), arch_spec(12, 0, 188), arch_spec(8, 0, 108)})
+    for (const RecordSpec& spec : kAllRecordSpecs) {
+      if (!spec.is_nvfp4()) continue;
+      const auto why = decode_kernel_unsupported(DecodeKernel::sm80_h16, arch, spec, 16);
+      EXPECT_FALSE(why.has_value()) << to_string(spec) << " on " << to_string(arch) << ": " << why.value_or("");
+      for (int heads : {8, 16, 32}) {
+        const DecodePlan plan = plan_sparse_decode(spec, 128, heads, 2048, arch);
+        EXPECT_EQ(plan.kernel, DecodeKernel::sm80_h16) << to_string(spec) << " " << heads << " heads on " << to_string(arch);
+        EXPECT_EQ(plan.stages, decode::h16_stages(spec.record_bytes()));
+      }
+    }
+}
+
 // No plan has more splits than the merge launch holds (a float per split in 48 KB) or the grid's
 // z allows, however many the caller forces.
 TEST(DecodePlan, SplitsStayWithinTheMergeLimit) {

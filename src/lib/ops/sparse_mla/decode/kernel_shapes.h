@@ -48,14 +48,25 @@ constexpr int mma_stages(const TileConfig& c, int record_bytes, bool raw_is_k_ro
 }
 
 // ---- sm80_h16: NVFP4 records, 16 heads, four warps, 32-entry sub-tiles --------------------------
-inline constexpr int kH16Warps = 4, kH16Sub = 32, kH16Stages = 5, kH16MinCtas = 2;
-constexpr size_t h16_smem_bytes(int record_bytes) {
-  const size_t raw = size_t(kH16Stages) * kH16Sub * record_bytes;
-  const size_t idx = size_t(2 * kH16Stages) * kH16Sub * 4, mask = size_t(kH16Stages) * kH16Sub * 4;
+inline constexpr int kH16Warps = 4, kH16Sub = 32, kH16MaxStages = 5, kH16MinCtas = 2;
+// The smallest opt-in shared memory per CTA of the devices this portable kernel serves (sm_86,
+// sm_89, sm_120: 99 KB); its stage count is chosen to fit them.
+inline constexpr size_t kSmemSmallestOptInPerBlock = 99 * 1024;
+constexpr size_t h16_smem_bytes(int record_bytes, int stages) {
+  const size_t raw = size_t(stages) * kH16Sub * record_bytes;
+  const size_t idx = size_t(2 * stages) * kH16Sub * 4, mask = size_t(stages) * kH16Sub * 4;
   const size_t scores = size_t(kH16Warps) * 16 * (kH16Sub + 8) * 4, p = size_t(2) * 16 * (kH16Sub + 8) * 2;
   const size_t heads = size_t(3) * 16 * 4, q = size_t(kH16Warps) * (kLatentDim / kH16Warps / 16 + 1) * 16 * 32;
   return raw + idx + mask + scores + p + heads + q;
 }
+// Raw record sub-tiles in flight: as many (up to 5) as fit 99 KB, so that every record width runs
+// on every device (432-byte records: 4, 88,256 bytes; with 5 they would need 102,464).
+constexpr int h16_stages(int record_bytes) {
+  for (int s = kH16MaxStages; s > 2; --s)
+    if (h16_smem_bytes(record_bytes, s) <= kSmemSmallestOptInPerBlock) return s;
+  return 2;
+}
+constexpr size_t h16_smem_bytes(int record_bytes) { return h16_smem_bytes(record_bytes, h16_stages(record_bytes)); }
 
 // ---- sm90_ws*: 64 heads, four warpgroups (two producers, two consumers) ---------------------------
 inline constexpr int kWsWarps = 16, kWsHeads = 64, kWsTile = 32, kWsWideTile = 64;

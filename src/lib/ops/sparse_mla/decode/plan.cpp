@@ -85,7 +85,7 @@ KernelShape kernel_shape(DecodeKernel kernel, const RecordSpec& spec, int heads)
     case DecodeKernel::sm80_h16:
       s.head_group = 16;
       s.warps = kH16Warps;
-      s.stages = kH16Stages;
+      s.stages = h16_stages(rb);
       s.max_ctas_per_sm = kH16MinCtas;
       s.smem_bytes = h16_smem_bytes(rb);
       break;

@@ -6,7 +6,7 @@
 // One CTA = one query row x 16 heads x one split, four warps. Warp w owns latent dims
 // [128w, 128w + 128) and RoPE dims [16w, 16w + 16) of every entry. Per sub-tile of kH16Sub (32)
 // entries:
-//   1. raw records arrive by cp.async (kH16Stages sub-tiles ahead);
+//   1. raw records arrive by cp.async (4 or 5 sub-tiles ahead, as many as fit 99 KB);
 //   2. each warp dequantizes its dims of the records straight into mma.sync B fragments
 //      (no BF16 K tile in shared memory) and computes its partial scores Q[:, dims] K[:, dims]^T;
 //   3. the four partials are summed through shared memory and the online softmax is split by
@@ -45,16 +45,14 @@ namespace {
 
 constexpr decode::TileConfig kH16Config = decode::tile_config(16);  // the planner's tiles
 constexpr int kH16Heads = 16, kH16Warps = 4, kH16Threads = 32 * kH16Warps;
-// Entries per sub-tile: 32 (two CTAs per SM, five stages). With the softmax split by heads they
+// Entries per sub-tile: 32 (two CTAs per SM, five stages on the H200). With the softmax split by heads they
 // measured 6-7% faster than 16 (three CTAs per SM, six stages) on the H200 at locked clocks:
 // 128 x 16 heads 116.0-116.6 vs 124.3-124.8 us, 14% fewer instructions.
 constexpr int kH16Sub = 32;
 constexpr int kCols = kH16Sub / 8;  // column blocks of the score MMA per sub-tile
-constexpr int kH16Stages = 5;  // raw record sub-tiles in flight
 // Q's fragments live in shared memory (ldmatrix per k step), which left room for three CTAs per
 // SM at 16-entry sub-tiles; keeping them in registers measured the same.
 constexpr int kH16MinCtas = 2;
-constexpr int kIdxRing = 2 * kH16Stages;  // sub-tiles of top-k indices in shared memory
 constexpr int kLatentPerWarp = kLatentDim / kH16Warps;  // 128
 constexpr int kLatentPerLane = kLatentPerWarp / 4;      // 32 (a lane quad splits the warp's dims)
 constexpr int kRopePerWarp = kRopeDim / kH16Warps;      // 16: one k16 step
@@ -68,16 +66,17 @@ constexpr int kSoftmaxHeadsPerWarp = kH16Heads / kH16Warps, kSoftmaxCols = kH16S
 static_assert(kH16Warps == 4 && kRopePerWarp == 16 && kLatentPerLane == 32);
 static_assert(kSoftmaxHeadsPerWarp * 8 == 32 && kSoftmaxCols % 2 == 0, "8 lanes per head, entries in pairs");
 static_assert(decode::kPlannerTile % kH16Sub == 0, "planner tiles are whole sub-tiles");
-static_assert(kH16Warps == decode::kH16Warps && kH16Sub == decode::kH16Sub && kH16Stages == decode::kH16Stages &&
-                  kH16MinCtas == decode::kH16MinCtas,
+static_assert(kH16Warps == decode::kH16Warps && kH16Sub == decode::kH16Sub && kH16MinCtas == decode::kH16MinCtas,
               "the planner's shape of this kernel (kernel_shapes.h)");
 
 template <class F>
 struct H16Smem {
+  static constexpr int stages = decode::h16_stages(F::kRecordBytes);  // raw record sub-tiles in flight
+  static constexpr int idx_ring = 2 * stages;                         // sub-tiles of top-k indices
   static constexpr size_t raw_stage_bytes = size_t(kH16Sub) * F::kRecordBytes;
-  static constexpr size_t idx_off = kH16Stages * raw_stage_bytes;
-  static constexpr size_t mask_off = idx_off + size_t(kIdxRing) * kH16Sub * 4;
-  static constexpr size_t s_off = mask_off + size_t(kH16Stages) * kH16Sub * 4;
+  static constexpr size_t idx_off = stages * raw_stage_bytes;
+  static constexpr size_t mask_off = idx_off + size_t(idx_ring) * kH16Sub * 4;
+  static constexpr size_t s_off = mask_off + size_t(stages) * kH16Sub * 4;
   static constexpr size_t p_off = s_off + size_t(kH16Warps) * kH16Heads * kSStride * 4;  // P: BF16 part, remainder
   static constexpr size_t head_off = p_off + size_t(2) * kH16Heads * kPStride * 2;          // per head: alpha, 1/l, LSE
   static constexpr size_t q_off = head_off + size_t(3) * kH16Heads * 4;
@@ -94,6 +93,7 @@ __global__ void __launch_bounds__(kH16Threads, kH16MinCtas) sparse_decode_h16_ke
   static_assert(F::spec.dtype == CacheDtype::nvfp4_ds_mla);
   namespace L = layout::nvfp4;
   using Smem = H16Smem<F>;
+  constexpr int kH16Stages = Smem::stages, kIdxRing = Smem::idx_ring;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* sRaw = smem;
   int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);  // top-k index ring
