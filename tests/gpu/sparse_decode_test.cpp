@@ -344,6 +344,36 @@ TEST(GpuSparseDecodePlan, RejectsKernelsTheDeviceCannotRun) {
   EXPECT_GE(refused, 4);
 }
 
+// Plans made for the devices with less shared memory per CTA (sm_80: 163 KB; sm_86/89/120: 99 KB)
+// run here too and match the reference: sm80_mma's 32-head groups (FP8 and BF16 records above 32
+// heads) and sm80_h16 with its 99 KB stages (every NVFP4 format). A head group the kernel does not
+// run for the heads is refused.
+TEST(GpuSparseDecodePlan, PlansForSmallerSharedMemoryRunAndMatchReference) {
+  NVFP4MLA_REQUIRE_GPU();
+  const ArchSpec here = current_device_arch();
+  uint64_t seed = 900;
+  int ran = 0, groups_of_32 = 0;
+  for (const ArchSpec& small : {arch_spec(8, 0, here.sm_count), arch_spec(8, 6, here.sm_count)})
+    for (const auto& spec : kAllSpecs)
+      for (int heads : {16, 64, 128}) {
+        SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads) + " planned for " +
+                     to_string(small));
+        const auto p = make_problem(spec, /*rows=*/3, heads, /*topk=*/192, seed++);
+        const DecodePlan plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, small);
+        if (decode_kernel_unsupported(plan.kernel, here, spec, heads)) continue;
+        groups_of_32 += plan.kernel == DecodeKernel::sm80_mma && plan.head_group == 32;
+        EXPECT_EQ(compare(p, run_plan(p, plan)), 0);
+        ++ran;
+      }
+  if (ran == 0) GTEST_SKIP() << "this device runs none of the sm80 kernels";
+  EXPECT_GT(groups_of_32, 0);
+  const auto p = make_problem(kAllSpecs[0], 2, 128, 128, 7);
+  DecodePlan plan = plan_sparse_decode(p.spec, p.rows, p.heads, p.topk, here, 0, DecodeKernel::sm80_mma);
+  plan.head_group = 48;
+  plan.num_head_groups = 3;
+  EXPECT_THROW(run_plan(p, plan), Error);
+}
+
 // Rows lie along the grid's y, which holds 65,535 of them: more run as launches of row chunks,
 // each with its rows' Q, indices, lengths, outputs, LSE and partials. 65,539 rows repeating four
 // distinct ones (one head, so that it stays small; the pairs need more than 64 heads and skip),

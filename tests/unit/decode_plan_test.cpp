@@ -222,8 +222,10 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
   EXPECT_FALSE(a100.wgmma);
   EXPECT_TRUE(kH200.wgmma && kH200.clusters);
   EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 16), DecodeKernel::sm80_h16);
-  // sm80_mma's NVFP4 stages need more than an A100's 163 KB per CTA: 16-head groups of sm80_h16.
-  EXPECT_TRUE(decode_kernel_unsupported(DecodeKernel::sm80_mma, a100, kSpecNvfp4Fp8Rope, 128).has_value());
+  // sm80_mma's 64-head NVFP4 stages need more than an A100's 163 KB per CTA: it would run 32-head
+  // groups there, and the automatic choice is 16-head groups of sm80_h16.
+  EXPECT_FALSE(decode_kernel_unsupported(DecodeKernel::sm80_mma, a100, kSpecNvfp4Fp8Rope, 128).has_value());
+  EXPECT_EQ(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 128, 2048, a100, 0, DecodeKernel::sm80_mma).head_group, 32);
   EXPECT_EQ(default_decode_kernel(a100, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm80_h16);
   EXPECT_EQ(default_decode_kernel(kH200, kSpecFp8, 16), DecodeKernel::sm90_ws_wide);
   EXPECT_EQ(default_decode_kernel(a100, kSpecFp8, 16), DecodeKernel::sm80_mma);
@@ -266,8 +268,12 @@ TEST(DecodePlan, KernelChoicePerArchitecture) {
     EXPECT_NE(std::string(e.what()).find("sm_90a"), std::string::npos) << e.what();
   }
   // A kernel whose compiled shared memory exceeds the device's is refused, not launched.
-  const ArchSpec sm120 = arch_spec(12, 0, 188);
-  EXPECT_TRUE(decode_kernel_unsupported(DecodeKernel::sm80_mma, sm120, kSpecFp8, 64).has_value());
+  ArchSpec small = arch_spec(8, 6, 84);
+  small.smem_per_block = 64 * 1024;
+  const auto too_big = decode_kernel_unsupported(DecodeKernel::sm80_h16, small, kSpecNvfp4Fp8Rope, 16);
+  ASSERT_TRUE(too_big.has_value());
+  EXPECT_NE(too_big->find("bytes of shared memory per CTA; the device allows 65536"), std::string::npos) << *too_big;
+  EXPECT_THROW(plan_sparse_decode(kSpecNvfp4Fp8Rope, 4, 16, 2048, small, 0, DecodeKernel::sm80_h16), Error);
   EXPECT_THROW(arch_spec(7, 5, 40), Error);
   // Callers with only an SM count plan for the current device, or for sm_90 without one.
   if (cuda_device_count() == 0) {
@@ -325,23 +331,45 @@ TEST(DecodePlan, SplitsMergeInKernelWhenTheGridFitsOneWave) {
   }
 }
 
-// Where the preferred kernel does not fit the device, the automatic choice is one that does
-// (NVFP4 records with 64 and 128 heads on sm_80 and sm_120: sm80_mma's stages need more shared
-// memory than those devices give a CTA; sm80_h16 fits).
+// Every format and head count has a kernel on every supported device. Where the preferred kernel
+// does not fit the device, the automatic choice is one that does: sm80_mma's 64-head stages need
+// more shared memory than sm_80 (163 KB) or sm_86/89/120 (99 KB) give a CTA, so FP8 and BF16
+// records run its 32-head groups there and NVFP4 records 16-head groups of sm80_h16.
 TEST(DecodePlan, AutomaticChoiceFallsBackToAKernelThatFits) {
-  for (const ArchSpec& arch : {arch_spec(8, 0, 108), arch_spec(12, 0, 148), arch_spec(8, 9, 128)})
+  for (const ArchSpec& arch : {arch_spec(8, 0, 108), arch_spec(8, 6, 84), arch_spec(8, 9, 128), arch_spec(12, 0, 148),
+                               arch_spec(10, 0, 148), arch_spec(9, 0, 132)})
     for (const RecordSpec& spec : kAllRecordSpecs)
-      for (int heads : {16, 64, 128}) {
-        const auto supported = supported_decode_kernels(arch, spec, heads);
+      for (int heads : {8, 16, 32, 48, 64, 128}) {
+        const std::string what = to_string(spec) + " " + std::to_string(heads) + " heads on " + to_string(arch);
+        EXPECT_FALSE(supported_decode_kernels(arch, spec, heads).empty()) << what;
         const DecodeKernel k = default_decode_kernel(arch, spec, heads);
-        if (supported.empty()) {
-          EXPECT_THROW(plan_sparse_decode(spec, 4, heads, 2048, arch), Error);
-          continue;
+        EXPECT_FALSE(decode_kernel_unsupported(k, arch, spec, heads).has_value()) << what << ": " << to_string(k);
+        const DecodePlan plan = plan_sparse_decode(spec, 4, heads, 2048, arch);
+        const auto shape = decode::kernel_shape_for_group(plan.kernel, spec, heads, plan.head_group);
+        ASSERT_TRUE(shape.has_value()) << what;
+        EXPECT_LE(shape->smem_bytes, arch.smem_per_block) << what;
+        EXPECT_EQ(plan.num_head_groups, (heads + plan.head_group - 1) / plan.head_group) << what;
+        if (!arch.wgmma && heads > 32) {
+          EXPECT_EQ(plan.kernel, spec.is_nvfp4() && arch.smem_per_block < decode::kSmemBudgetPerBlock ? DecodeKernel::sm80_h16
+                                                                                                      : DecodeKernel::sm80_mma)
+              << what;
         }
-        EXPECT_FALSE(decode_kernel_unsupported(k, arch, spec, heads).has_value())
-            << to_string(spec) << " " << heads << " heads on " << to_string(arch) << ": " << to_string(k);
-        EXPECT_NO_THROW(plan_sparse_decode(spec, 4, heads, 2048, arch));
       }
+  // FP8 records at 128 heads: 64-head groups where 227 KB allow them (sm_100), 32-head ones on
+  // sm_80 and the 99 KB devices.
+  EXPECT_EQ(plan_sparse_decode(kSpecFp8, 4, 128, 2048, arch_spec(10, 0, 148)).head_group, 64);
+  for (const ArchSpec& arch : {arch_spec(8, 0, 108), arch_spec(12, 0, 148)}) {
+    const DecodePlan fp8 = plan_sparse_decode(kSpecFp8, 4, 128, 2048, arch);
+    EXPECT_EQ(fp8.kernel, DecodeKernel::sm80_mma);
+    EXPECT_EQ(fp8.head_group, 32) << to_string(arch);
+    EXPECT_EQ(fp8.num_head_groups, 4);
+    EXPECT_EQ(plan_sparse_decode(kSpecBf16, 4, 64, 2048, arch).head_group, arch.smem_per_block < 163 * 1024 ? 32 : 64);
+  }
+  // A group the kernel does not run for the heads is no shape.
+  EXPECT_FALSE(decode::kernel_shape_for_group(DecodeKernel::sm80_mma, kSpecFp8, 32, 64).has_value());
+  EXPECT_FALSE(decode::kernel_shape_for_group(DecodeKernel::sm80_mma, kSpecFp8, 128, 48).has_value());
+  EXPECT_FALSE(decode::kernel_shape_for_group(DecodeKernel::sm90_ws_wide, kSpecFp8, 128, 32).has_value());
+  EXPECT_TRUE(decode::kernel_shape_for_group(DecodeKernel::sm80_mma, kSpecFp8, 128, 16).has_value());
   // sm_90a keeps its measured choices.
   if (const ArchSpec h200 = arch_spec(9, 0, 132); h200.wgmma)
     EXPECT_EQ(default_decode_kernel(h200, kSpecNvfp4Fp8Rope, 128), DecodeKernel::sm90_ws_pair_wide);

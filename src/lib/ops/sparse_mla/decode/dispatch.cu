@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "device/cuda_check.h"
@@ -68,11 +69,23 @@ bool sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
   if (a.capacity > INT32_MAX) throw Error("sparse decode: capacity above 2^31 slots is not supported by int32 indices");
   if (plan.kernel == DecodeKernel::automatic)
     throw Error("sparse decode: the plan names no kernel; build it with plan_sparse_decode");
-  if (const auto why = decode_kernel_unsupported(plan.kernel, current_device_arch(), spec, a.heads))
+  const ArchSpec arch = current_device_arch();
+  if (const auto why = decode_kernel_unsupported(plan.kernel, arch, spec, a.heads))
     throw Error(std::string("sparse decode: the plan's kernel ") + to_string(plan.kernel) + " " + *why);
-  const decode::KernelShape shape = decode::kernel_shape(plan.kernel, spec, a.heads);
+  // The plan's head group: any the kernel runs for these heads (a plan made for a device with less
+  // shared memory may have a smaller sm80_mma group) whose bytes fit this device.
+  const std::optional<decode::KernelShape> group_shape =
+      decode::kernel_shape_for_group(plan.kernel, spec, a.heads, plan.head_group);
+  if (!group_shape)
+    throw Error(std::string("sparse decode: ") + to_string(plan.kernel) + " runs no " + std::to_string(plan.head_group) +
+                "-head groups for " + std::to_string(a.heads) + " heads; build the plan with plan_sparse_decode");
+  const decode::KernelShape& shape = *group_shape;
+  if (shape.smem_bytes > arch.smem_per_block)
+    throw Error(std::string("sparse decode: the plan's ") + std::to_string(plan.head_group) + "-head groups of " +
+                to_string(plan.kernel) + " need " + std::to_string(shape.smem_bytes) +
+                " bytes of shared memory per CTA; the device allows " + std::to_string(arch.smem_per_block));
   const int expect_groups = (a.heads + shape.head_group - 1) / shape.head_group;
-  if (plan.num_head_groups != expect_groups || plan.head_group != shape.head_group || plan.warps != shape.warps ||
+  if (plan.num_head_groups != expect_groups || plan.warps != shape.warps ||
       plan.tile_tokens != shape.tile_tokens || plan.num_tiles != (a.topk + shape.tile_tokens - 1) / shape.tile_tokens ||
       plan.splits < 1 || plan.splits > decode::kMaxSplits || plan.tiles_per_split < 1 ||
       (plan.partial_bytes != 4 && plan.partial_bytes != 2) ||

@@ -3,6 +3,7 @@
 // record stages. Host-only and CUDA-free; each kernel checks its own layout against these at
 // compile time (static_assert), so the planner and the kernels cannot drift apart.
 #include <cstddef>
+#include <optional>
 
 #include "nvfp4mla/decode_plan.h"
 #include "nvfp4mla/format.h"
@@ -45,6 +46,16 @@ constexpr int mma_stages(const TileConfig& c, int record_bytes, bool raw_is_k_ro
     if (bytes <= kSmemBudgetPerBlock && (bytes + kSmemBudgetReservedPerCta) * c.min_ctas <= kSmemBudgetPerSm) return s;
   }
   return 1;
+}
+// sm80_mma's head group on a device that gives a CTA `smem_per_block` bytes: the group the heads
+// call for (tile_config), or the largest smaller one (32, then 16) whose compiled stages fit. 16
+// when none does (the planner then refuses the kernel, naming its bytes).
+constexpr int mma_head_group(int heads, int record_bytes, bool raw_is_k_row, size_t smem_per_block) {
+  for (int g = tile_config(heads).head_group; g > 16; g /= 2) {
+    const TileConfig c = tile_config(g);
+    if (mma_smem_bytes(c, record_bytes, raw_is_k_row, mma_stages(c, record_bytes, raw_is_k_row)) <= smem_per_block) return g;
+  }
+  return 16;
 }
 
 // ---- sm80_h16: NVFP4 records, 16 heads, four warps, 32-entry sub-tiles --------------------------
@@ -115,6 +126,12 @@ struct KernelShape {
   int split_tiles = 1;         // splits are whole multiples of this many planner tiles
   int max_split_entries = 0;   // 0: unbounded
 };
-KernelShape kernel_shape(DecodeKernel kernel, const RecordSpec& spec, int heads);
+// The kernel's shape for `heads` on a device giving a CTA `smem_per_block` bytes (only sm80_mma's
+// head group depends on it).
+KernelShape kernel_shape(DecodeKernel kernel, const RecordSpec& spec, int heads,
+                         size_t smem_per_block = kSmemBudgetPerBlock);
+// The kernel's shape with `head_group` query heads per CTA; nothing when the kernel does not run
+// that group for `heads` (sm80_mma: 16, 32 or 64 up to tile_config(heads)'s; the others: theirs).
+std::optional<KernelShape> kernel_shape_for_group(DecodeKernel kernel, const RecordSpec& spec, int heads, int head_group);
 
 }  // namespace nvfp4mla::decode
