@@ -14,7 +14,7 @@
 // the head sums, and one multiply by the key's scale gives the logit
 // (s * sum_h w_h max(d_h, 0), as indexer.h pins it).
 //
-// Pipeline: two warpgroups, each with its own kStages-deep cp.async ring of tiles (64 x 128
+// Pipeline: two warpgroups, each with its own kStages-deep (3 or 4) cp.async ring of tiles (64 x 128
 // bytes + 64 scales) and its own named barrier, take alternate tiles; they drift apart so that
 // one's epilogue (CUDA cores) overlaps the other's MMA (tensor cores). Everything a warpgroup
 // loads it also consumes, so no cross-warpgroup synchronization is needed after the setup.
@@ -78,15 +78,20 @@ struct Params {
 // (ptxas serializes wgmma otherwise).
 template <Mma E, int kN>
 inline constexpr bool kSplitHalves = E == Mma::wgmma && kN == 256;
-inline constexpr int kStages = 4;  // tiles in flight per warpgroup
+// Tiles in flight per warpgroup: 4, but 3 for the mma.sync engine's 256-column blocks, so that
+// they fit the 99 KB a CTA gets on sm_89 and sm_120, the devices that engine is for (with 4:
+// 101,376 bytes before the row ranges).
+template <Mma E, int kN>
+inline constexpr int kStages = E == Mma::mma_sync && kN == 256 ? 3 : 4;
+inline constexpr int kMmaSyncSmemLimit = 99 * 1024;
 
 // Operands first: every tile starts at a multiple of 1024 bytes (swizzle atoms).
-template <int kN>
+template <int kN, int kStg>
 struct Layout {
   static constexpr int q_off = 0;                                       // kN x 128 bytes
-  static constexpr int keys_off = q_off + kN * kDim;                    // kGroups x kStages tiles
-  static constexpr int scales_off = keys_off + kGroups * kStages * kTileBytes;
-  static constexpr int w_off = scales_off + kGroups * kStages * kTileKeys * 4;
+  static constexpr int keys_off = q_off + kN * kDim;                    // kGroups x kStg tiles
+  static constexpr int scales_off = keys_off + kGroups * kStg * kTileBytes;
+  static constexpr int w_off = scales_off + kGroups * kStg * kTileKeys * 4;
   static constexpr int rows_off = w_off + kN * 4;                       // RowRange per row
   static constexpr int bytes(int rows) { return rows_off + rows * 16; }
   static_assert(keys_off % kSwizzleAtomBytes == 0 && kTileBytes % kSwizzleAtomBytes == 0);
@@ -322,8 +327,8 @@ __device__ __forceinline__ void write_tails(const Params& p, const QueryBlock& b
 // registers (two blocks of 128 columns spill there); two for wgmma with 128 columns.
 template <Mma E, Source S, int kHp, int kN>
 __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 1 : 2) indexer_logits_kernel(const Params p) {
-  constexpr int kRows = kN / kHp;
-  using L = Layout<kN>;
+  constexpr int kRows = kN / kHp, kStg = kStages<E, kN>;
+  using L = Layout<kN, kStg>;
   if (*p.invalid_count != 0) return;  // bad metadata: write nothing
   extern __shared__ __align__(1024) uint8_t smem[];  // swizzle atoms are 1024-byte aligned
   uint8_t* sq = smem + L::q_off;
@@ -342,10 +347,10 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
 
   // ---- per-warpgroup pipeline ----------------------------------------------------------------
   constexpr bool kSplit = kSplitHalves<E, kN>;
-  constexpr int kAhead = kStages - 1;  // tiles loaded ahead of the one being multiplied
+  constexpr int kAhead = kStg - 1;  // tiles loaded ahead of the one being multiplied
   const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
-  uint8_t* ring = smem + L::keys_off + group * kStages * kTileBytes;
-  float* scale_ring = reinterpret_cast<float*>(smem + L::scales_off) + group * kStages * kTileKeys;
+  uint8_t* ring = smem + L::keys_off + group * kStg * kTileBytes;
+  float* scale_ring = reinterpret_cast<float*>(smem + L::scales_off) + group * kStg * kTileKeys;
   const TileLoader<S> loader(p, qb.request, gtid);
   const TileWalk<kRows> walk{rr, span};
   int32_t load_k = walk.first(group), comp_k = load_k;
@@ -422,13 +427,16 @@ __global__ void __launch_bounds__(kThreads, (kN == 256 || E == Mma::mma_sync) ? 
     }
   };
 
-  for (int it = 0; comp_k != INT_MAX; ++it) {
-    const int stage = it % kStages;
+  // Ring slot of tile `it`: it % kStg, counted rather than divided for 3 stages (a modulo by 3
+  // costs the mma.sync kernels spills).
+  constexpr bool kPow2 = (kStg & (kStg - 1)) == 0;
+  for (int it = 0, slot = 0; comp_k != INT_MAX; ++it, slot = slot + 1 == kStg ? 0 : slot + 1) {
+    const int stage = kPow2 ? it % kStg : slot;
     ptx::cp_async_wait_group<kAhead - 1>();
     wgmma::fence_proxy_async_smem();
     ptx::named_barrier_sync(1 + group, 128);  // tile `it` landed; tile it-1 fully consumed
     if (load_k != INT_MAX) {
-      const int ls = (it + kAhead) % kStages;
+      const int ls = kPow2 ? (it + kAhead) % kStg : (slot == 0 ? kStg - 1 : slot - 1);  // (it + kAhead) % kStg
       loader.load(load_k, ahead_page, span.hi, ring + ls * kTileBytes, scale_ring + ls * kTileKeys);
       load_k = walk.advance(load_k);
       ahead_page = loader.tile_page(load_k, span.hi);
@@ -477,7 +485,8 @@ namespace nvfp4mla::cuda::indexer_kernels {
 
 template <Mma E, Source S, int kHp, int kN>
 void launch_one(const Params& p, dim3 grid, cudaStream_t stream) {
-  constexpr int bytes = Layout<kN>::bytes(kN / kHp);
+  constexpr int bytes = Layout<kN, kStages<E, kN>>::bytes(kN / kHp);
+  static_assert(E != Mma::mma_sync || bytes <= kMmaSyncSmemLimit, "the mma.sync kernels fit sm_89 and sm_120");
   static PerDevice<bool> opted_in;
   opt_in_shared_memory(opted_in, indexer_logits_kernel<E, S, kHp, kN>, bytes, "indexer logits: shared memory attribute");
   indexer_logits_kernel<E, S, kHp, kN><<<grid, kThreads, bytes, stream>>>(p);
