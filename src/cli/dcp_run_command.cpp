@@ -47,6 +47,7 @@ struct RunOptions {
   int rank = -1;
   std::string id_file;
   double id_timeout = 600;
+  double nccl_timeout = 300;  // the NCCL join, each collective's enqueue, the final flush; 0: no limit
   int device = -1;  // -1: the rank
   int interleave = 1;
   int page_size = 64;
@@ -92,6 +93,7 @@ void validate(const RunOptions& o) {
     fail("--rank must be in 0.." + std::to_string(o.world - 1) + " (got " + std::to_string(o.rank) + ")");
   if (o.world > 1 && o.id_file.empty()) fail("--id-file is required when --world > 1 (rank 0 writes the NCCL id there)");
   if (!(o.id_timeout >= 0)) fail("--id-timeout must be >= 0");
+  if (!(o.nccl_timeout >= 0)) fail("--nccl-timeout must be >= 0 (0: no limit)");
   if (o.device < -1) fail("--device must be >= 0");
   if (o.interleave < 1 || (o.interleave & (o.interleave - 1)) != 0)
     fail("--interleave must be a power of two (got " + std::to_string(o.interleave) + ")");
@@ -583,8 +585,12 @@ void run_gpu(const RunOptions& o, const std::vector<RecordSpec>& specs) {
     tell_other_ranks(o, id_bytes, e.what(), !waited_for_id);
     throw;
   }
-  auto comm = cuda::make_nccl_communicator(id, o.world, o.rank, o.nccl_library);
-  // Every rank has joined (ncclCommInitRank returns when all have): the id and the notices are used up.
+  // The join is bounded too: a rank that said it was ready and then died (or hangs) before joining
+  // leaves the others here, and a nonblocking communicator lets them give up after --nccl-timeout.
+  if (o.world > 1)
+    std::fprintf(stderr, "nvfp4mla: rank %d: joining the NCCL communicator (up to %g s)\n", o.rank, o.nccl_timeout);
+  auto comm = cuda::make_nccl_communicator(id, o.world, o.rank, o.nccl_library, o.nccl_timeout);
+  // Every rank has joined (the join completes when all have): the id and the notices are used up.
   if (o.world > 1) remove_dcp_rank_notice(o.id_file, o.rank);
   if (o.rank == 0 && !o.id_file.empty()) std::remove(o.id_file.c_str());
   cudaStream_t stream;
@@ -658,6 +664,10 @@ void add_dcp_run_command(CLI::App* dcp) {
   cmd->add_option("--id-file", o->id_file, "File through which rank 0 hands the NCCL id to the others (a new path per run)");
   cmd->add_option("--id-timeout", o->id_timeout,
                   "Seconds a rank waits for the id file (ranks other than 0), then for every rank's notice that it is ready to join")
+      ->capture_default_str();
+  cmd->add_option("--nccl-timeout", o->nccl_timeout,
+                  "Seconds the NCCL join, each collective's enqueue and the final flush may take before the rank aborts its "
+                  "communicator and stops with an error (a nonblocking communicator; 0: NCCL's blocking calls, no limit)")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "CUDA device (default: the rank)");
   cmd->add_option("--interleave", o->interleave, "Tokens per rank block (power of two)")->capture_default_str();

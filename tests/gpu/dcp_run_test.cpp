@@ -2,8 +2,8 @@
 // the single GPU (top-k bit for bit, attention within the GPU tests' limits), graph replay equal
 // to eager, phase times and the capacity table in the JSON; the same through the launcher
 // (scripts/dcp_multi_gpu.sh 1, which exchanges the NCCL id through a file); and rank 0 of a world
-// of 2 stopping before the join when rank 1 is missing or says it failed. Skips without a device
-// or a loadable NCCL.
+// of 2 stopping before the join when rank 1 is missing or says it failed, and giving the join up
+// when rank 1 said it was ready but never joins. Skips without a device or a loadable NCCL.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -146,5 +146,51 @@ TEST(GpuDcpRun, RankZeroStopsBeforeTheJoinWhenAnotherRankIsMissingOrFailed) {
   EXPECT_NE(r.output.find("rank 1 will not join the run of id file nccl.id: stand-in rank 1 cannot run"), std::string::npos)
       << r.output;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(120));  // not the 300 s timeout
+}
+
+// A rank that said it was ready and then never joins (it died, or hangs) no longer leaves rank 0
+// in NCCL's join for ever: the nonblocking join gives up after --nccl-timeout and says so. The
+// stand-in rank 1 first learns the options rank 0 runs from rank 0's refusal of other ones, then
+// leaves a ready notice with them and never joins.
+TEST(GpuDcpRun, RankZeroGivesUpTheJoinWhenAReadyRankNeverJoins) {
+  NVFP4MLA_REQUIRE_GPU();
+  NVFP4MLA_REQUIRE_NCCL();
+  const std::string lib = nt::test_nccl_library();
+  const std::string rank0 = std::string("env -u NCCL_NVLS_ENABLE '") + NVFP4MLA_CLI_PATH +
+                            "' dcp run --world 2 --rank 0 --id-file nccl.id --id-timeout 60 --nccl-timeout 5" +
+                            kCaseOptions + (lib.empty() ? "" : " --nccl-library '" + lib + "'");
+  auto with_stand_in = [&](const nt::TempDir& dir, const std::string& options) {
+    ShellRun r{-1, ""};
+    std::thread rank0_process([&] { r = run_shell(dir, rank0); });
+    const fs::path id_path = dir / "nccl.id";
+    try {
+      const std::vector<char> id = nvfp4mla::read_dcp_id_file(id_path.string(), 128, 60);
+      nvfp4mla::write_dcp_rank_notice(id_path.string(), 1, id, true, options);
+    } catch (const nvfp4mla::Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+    rank0_process.join();
+    return r;
+  };
+  std::string options;
+  {
+    nt::TempDir dir;
+    const ShellRun probe = with_stand_in(dir, "probe");
+    const std::string tag = "; rank 0: ";
+    const size_t at = probe.output.find(tag);
+    ASSERT_NE(at, std::string::npos) << probe.output;
+    const size_t line_end = probe.output.find('\n', at);
+    ASSERT_NE(line_end, std::string::npos) << probe.output;
+    ASSERT_EQ(probe.output[line_end - 1], ')') << probe.output;
+    options = probe.output.substr(at + tag.size(), line_end - 1 - (at + tag.size()));
+  }
+  using Clock = std::chrono::steady_clock;
+  nt::TempDir dir;
+  const auto start = Clock::now();
+  const ShellRun r = with_stand_in(dir, options);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the join of rank 0 of 2 did not complete within 5 s"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("other options"), std::string::npos) << r.output;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(120));
 }
 #endif

@@ -72,10 +72,18 @@ struct NcclUniqueId {
 };
 NcclUniqueId nccl_unique_id(const std::string& library_path = {});
 
-// One rank of `world_size` (ncclCommInitRank on the current device; the communicator owns and
-// destroys it). Throws Error with NCCL's message when the library is missing or init fails.
+// One rank of `world_size` on the current device; the communicator owns and destroys it. Throws
+// Error with NCCL's message when the library is missing or init fails.
+// `timeout_seconds` 0: NCCL's blocking join (ncclCommInitRank), which waits as long as the other
+// ranks take, forever for a rank that never comes. > 0: a nonblocking communicator
+// (ncclCommInitRankConfig with blocking = 0; NCCL 2.14 or later, else Error): the join, each
+// all_gather's enqueue and the final flush (ncclCommFinalize) each get that long; past it, or on an
+// NCCL error, the communicator is aborted (ncclCommAbort) and the call throws Error saying so. The
+// enqueue bound does not cover the collective's kernels: a rank that dies after the join still
+// leaves its peers' kernels waiting.
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId& id, int world_size, int rank,
-                                                        const std::string& library_path = {});
+                                                        const std::string& library_path = {},
+                                                        double timeout_seconds = 0);
 // An existing ncclComm_t (passed as void*), borrowed: the caller keeps it alive and destroys it.
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(void* nccl_comm, const std::string& library_path = {});
 // The ncclComm_t of a communicator from make_nccl_communicator (null for other backends).

@@ -2,10 +2,13 @@
 // (dlopen), so the library neither links nor requires it; nccl.h gives only the types and the
 // function signatures. Without nccl.h at build time (NVFP4MLA_WITH_NCCL unset) every entry point
 // throws.
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nvfp4mla/cuda/dcp_comm.h"
@@ -15,6 +18,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <map>
 #include <type_traits>
@@ -36,6 +40,13 @@ struct NcclApi {
   decltype(&ncclCommCount) comm_count = nullptr;
   decltype(&ncclCommUserRank) comm_user_rank = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
+  // Nonblocking communicators (NCCL 2.14 and later); null when the loaded library lacks them.
+  decltype(&ncclCommInitRankConfig) comm_init_rank_config = nullptr;
+  decltype(&ncclCommGetAsyncError) comm_get_async_error = nullptr;
+  decltype(&ncclCommAbort) comm_abort = nullptr;
+  decltype(&ncclCommFinalize) comm_finalize = nullptr;
+  decltype(&ncclGetLastError) get_last_error = nullptr;
+  bool nonblocking() const { return comm_init_rank_config && comm_get_async_error && comm_abort && comm_finalize; }
 };
 
 // Loads `path` (or the default names) once per path and keeps it loaded for the process: NCCL
@@ -72,22 +83,86 @@ const NcclApi& nccl_api(const std::string& path) {
   bind(api.comm_count, "ncclCommCount");
   bind(api.comm_user_rank, "ncclCommUserRank");
   bind(api.all_gather, "ncclAllGather");
+  auto bind_optional = [&](auto& fn, const char* symbol) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, symbol));
+  };
+  bind_optional(api.comm_init_rank_config, "ncclCommInitRankConfig");
+  bind_optional(api.comm_get_async_error, "ncclCommGetAsyncError");
+  bind_optional(api.comm_abort, "ncclCommAbort");
+  bind_optional(api.comm_finalize, "ncclCommFinalize");
+  bind_optional(api.get_last_error, "ncclGetLastError");
   return loaded.emplace(path, api).first->second;
 }
 
+std::string nccl_message(const NcclApi& api, ncclResult_t r, ncclComm_t comm = nullptr) {
+  std::string m = api.get_error_string(r);
+  if (api.get_last_error && r != ncclSuccess && r != ncclInProgress) {
+    const char* last = api.get_last_error(comm);
+    if (last && *last) m += std::string(" (") + last + ")";
+  }
+  return m;
+}
+
 void nccl_check(const NcclApi& api, ncclResult_t r, const char* what) {
-  if (r != ncclSuccess) throw Error(std::string("NCCL: ") + what + ": " + api.get_error_string(r));
+  if (r != ncclSuccess) throw Error(std::string("NCCL: ") + what + ": " + nccl_message(api, r));
+}
+
+// Waits until a nonblocking communicator's pending operation (`what`) has completed: its state
+// leaves ncclInProgress. Past `timeout_seconds`, or on an error, aborts the communicator
+// (ncclCommAbort, which also stops its kernels) and throws Error saying which.
+void await_nonblocking(const NcclApi& api, ncclComm_t comm, double timeout_seconds, const std::string& what) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = api.comm_get_async_error(comm, &state);
+    if (r != ncclSuccess) state = r;
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) {
+      const std::string m = nccl_message(api, state, comm);
+      api.comm_abort(comm);
+      throw Error("NCCL: " + what + ": " + m + "; the communicator was aborted");
+    }
+    if (Clock::now() >= deadline) {
+      api.comm_abort(comm);
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds);
+      throw Error("NCCL: " + what + " did not complete within " + seconds +
+                  " s (a rank that never joined, or died); the communicator was aborted");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
+  }
 }
 
 // One rank of an NCCL communicator, driven by this process.
+// A nonblocking one (`timeout_seconds` > 0, a communicator it owns) bounds each collective's
+// enqueue by the timeout and finalizes before it destroys.
 class NcclDcpCommunicator final : public DcpCommunicator {
  public:
-  NcclDcpCommunicator(const NcclApi& api, ncclComm_t comm, bool owned) : api_(api), comm_(comm), owned_(owned) {
+  NcclDcpCommunicator(const NcclApi& api, ncclComm_t comm, bool owned, double timeout_seconds = 0)
+      : api_(api), comm_(comm), owned_(owned), timeout_(timeout_seconds) {
     nccl_check(api_, api_.comm_count(comm_, &world_), "ncclCommCount");
     nccl_check(api_, api_.comm_user_rank(comm_, &rank_), "ncclCommUserRank");
   }
   ~NcclDcpCommunicator() override {
-    if (owned_) api_.comm_destroy(comm_);
+    if (!owned_ || !comm_) return;
+    if (timeout_ > 0) {
+      // Finalize flushes what the rank issued, which may wait on the other ranks: bounded by the
+      // timeout, then aborted (a peer may be gone). An abort frees the communicator.
+      const ncclResult_t r = api_.comm_finalize(comm_);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        api_.comm_abort(comm_);
+        return;
+      }
+      try {
+        await_nonblocking(api_, comm_, timeout_, "ncclCommFinalize");
+      } catch (const Error&) {
+        return;
+      }
+    }
+    api_.comm_destroy(comm_);
   }
   int world_size() const override { return world_; }
   int local_ranks() const override { return 1; }
@@ -96,7 +171,18 @@ class NcclDcpCommunicator final : public DcpCommunicator {
     if (bytes == 0) return;
     if (!send || !recv || !streams || !send[0] || !recv[0])
       throw Error("NCCL all_gather: send, recv and streams are required");
-    nccl_check(api_, api_.all_gather(send[0], recv[0], bytes, ncclUint8, comm_, streams[0]), "ncclAllGather");
+    if (!comm_) throw Error("NCCL all_gather: the communicator was aborted after an earlier error");
+    const ncclResult_t r = api_.all_gather(send[0], recv[0], bytes, ncclUint8, comm_, streams[0]);
+    if (timeout_ > 0 && r == ncclInProgress) {
+      try {
+        await_nonblocking(api_, comm_, timeout_, "ncclAllGather");
+      } catch (const Error&) {
+        comm_ = nullptr;  // aborted
+        throw;
+      }
+      return;
+    }
+    nccl_check(api_, r, "ncclAllGather");
   }
   ncclComm_t comm() const { return comm_; }
 
@@ -104,6 +190,7 @@ class NcclDcpCommunicator final : public DcpCommunicator {
   const NcclApi& api_;
   ncclComm_t comm_;
   bool owned_;
+  double timeout_;
   int world_ = 0, rank_ = 0;
 };
 
@@ -129,18 +216,39 @@ NcclUniqueId nccl_unique_id(const std::string& library_path) {
 }
 
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId& id, int world_size, int rank,
-                                                        const std::string& library_path) {
+                                                        const std::string& library_path, double timeout_seconds) {
   if (world_size < 1) throw Error("NCCL communicator: world_size must be >= 1");
   if (rank < 0 || rank >= world_size) throw Error("NCCL communicator: rank must be in 0..world_size-1");
+  if (!(timeout_seconds >= 0)) throw Error("NCCL communicator: timeout_seconds must be >= 0 (0: no timeout)");
   const NcclApi& api = nccl_api(library_path);
   ncclUniqueId nid;
   std::memcpy(nid.internal, id.bytes, sizeof(id.bytes));
   ncclComm_t comm = nullptr;
-  nccl_check(api, api.comm_init_rank(&comm, world_size, nid, rank), "ncclCommInitRank");
+  if (timeout_seconds > 0) {
+    if (!api.nonblocking())
+      throw Error("NCCL: the loaded library has no nonblocking communicators (ncclCommInitRankConfig, "
+                  "ncclCommGetAsyncError, ncclCommAbort, ncclCommFinalize: NCCL 2.14 or later), which a join "
+                  "timeout needs; load a newer NCCL or pass no timeout");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t r = api.comm_init_rank_config(&comm, world_size, nid, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      const std::string m = nccl_message(api, r, comm);
+      if (comm) api.comm_abort(comm);
+      throw Error("NCCL: ncclCommInitRankConfig: " + m);
+    }
+    await_nonblocking(api, comm, timeout_seconds,
+                      "the join of rank " + std::to_string(rank) + " of " + std::to_string(world_size));
+  } else {
+    nccl_check(api, api.comm_init_rank(&comm, world_size, nid, rank), "ncclCommInitRank");
+  }
   try {
-    return std::make_unique<NcclDcpCommunicator>(api, comm, true);
+    return std::make_unique<NcclDcpCommunicator>(api, comm, true, timeout_seconds);
   } catch (...) {
-    api.comm_destroy(comm);
+    if (timeout_seconds > 0)
+      api.comm_abort(comm);
+    else
+      api.comm_destroy(comm);
     throw;
   }
 }
@@ -168,7 +276,9 @@ bool nccl_available(const std::string&, std::string* why) {
   return false;
 }
 NcclUniqueId nccl_unique_id(const std::string&) { no_nccl(); }
-std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId&, int, int, const std::string&) { no_nccl(); }
+std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId&, int, int, const std::string&, double) {
+  no_nccl();
+}
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(void*, const std::string&) { no_nccl(); }
 void* nccl_comm_of(const DcpCommunicator&) { return nullptr; }
 
