@@ -47,7 +47,7 @@ struct RunOptions {
   int rank = -1;
   std::string id_file;
   double id_timeout = 600;
-  double nccl_timeout = 300;  // the NCCL join, each collective's enqueue, the final flush; 0: no limit
+  double nccl_timeout = 300;  // the NCCL join, each collective and wait for the stream, the final flush; 0: no limit
   int device = -1;  // -1: the rank
   int interleave = 1;
   int page_size = 64;
@@ -366,6 +366,10 @@ nlohmann::json run_case(const RunOptions& o, cuda::DcpCommunicator& comm, cudaSt
   st.errors = errors.as<unsigned long long>();
   void* ws = workspace.as<void>();
   auto step = [&](cuda::DcpCommunicator& c) { cuda::dcp_decode_step(c, a, plan, &st, &ws, plan.workspace_bytes, &stream); };
+  // Waits for the stream, its collectives included: bounded by --nccl-timeout (a rank that dies or
+  // hangs after the join leaves the others' collective kernels waiting; the communicator is then
+  // aborted and the run stops with an error).
+  auto wait = [&](const char* what) { cuda::dcp_stream_synchronize(comm, stream, std::string("dcp run: ") + what); };
   const std::pair<const DeviceBytes*, size_t> poisoned[] = {
       {&out, rh * kDcpLatentDim * 2}, {&lse, rh * 4}, {&indices, rk * 4}, {&length, size_t(p.rows) * 4}, {&values, rk * 4}};
   auto poison = [&] {
@@ -383,7 +387,7 @@ nlohmann::json run_case(const RunOptions& o, cuda::DcpCommunicator& comm, cudaSt
     }
   };
   auto outputs = [&] {
-    cu(cudaStreamSynchronize(stream), "step");
+    wait("step");
     Outputs r{download<uint16_t>(out, rh * kDcpLatentDim), download<float>(lse, rh), download<float>(values, rk),
               download<int32_t>(indices, rk), download<int32_t>(length, size_t(p.rows)), download<unsigned long long>(errors, 1)[0]};
     return r;
@@ -400,7 +404,7 @@ nlohmann::json run_case(const RunOptions& o, cuda::DcpCommunicator& comm, cudaSt
     const void* send = buf.as<void>();
     void* recv = all.as<void>();
     comm.all_gather(&send, &recv, bytes, &stream);
-    cu(cudaStreamSynchronize(stream), "gather");
+    wait("gather");
     const std::vector<char> h = download<char>(all, bytes * world);
     for (int r = 1; r < world; ++r)
       if (std::memcmp(h.data(), h.data() + size_t(r) * bytes, bytes) != 0) return false;
@@ -437,7 +441,7 @@ nlohmann::json run_case(const RunOptions& o, cuda::DcpCommunicator& comm, cudaSt
     cu(cudaEventRecord(start, stream), "event");
     step(timed);
     cu(cudaEventRecord(end, stream), "event");
-    cu(cudaEventSynchronize(end), "step");
+    wait("step");  // `end` is the stream's last work
     if (timed.calls() != 5) throw Error("dcp run: the step issued " + std::to_string(timed.calls()) + " collectives, expected 5");
     if (it < o.warmup) continue;
     samples[kSelect].push_back(elapsed_us(start, timed.before(0)));
@@ -451,7 +455,7 @@ nlohmann::json run_case(const RunOptions& o, cuda::DcpCommunicator& comm, cudaSt
     cu(cudaEventRecord(start, stream), "event");
     cu(cudaGraphLaunch(exec, stream), "graph launch");
     cu(cudaEventRecord(end, stream), "event");
-    cu(cudaEventSynchronize(end), "graph replay");
+    wait("graph replay");
     if (it >= o.warmup) samples[kGraph].push_back(elapsed_us(start, end));
   }
   cudaEventDestroy(start);
@@ -469,7 +473,7 @@ nlohmann::json run_case(const RunOptions& o, cuda::DcpCommunicator& comm, cudaSt
     void* recv = all_d.as<void>();
     comm.all_gather(&send, &recv, mine.size() * 4, &stream);
   }
-  cu(cudaStreamSynchronize(stream), "gather");
+  wait("gather");
   const std::vector<float> all = download<float>(all_d, mine.size() * world);
 
   nlohmann::json j = {{"format", to_string(spec)}, {"context", context}, {"rows", p.rows}, {"heads", heads},
@@ -666,8 +670,9 @@ void add_dcp_run_command(CLI::App* dcp) {
                   "Seconds a rank waits for the id file (ranks other than 0), then for every rank's notice that it is ready to join")
       ->capture_default_str();
   cmd->add_option("--nccl-timeout", o->nccl_timeout,
-                  "Seconds the NCCL join, each collective's enqueue and the final flush may take before the rank aborts its "
-                  "communicator and stops with an error (a nonblocking communicator; 0: NCCL's blocking calls, no limit)")
+                  "Seconds the NCCL join, each collective (its enqueue, then the wait for the step's kernels) and the final "
+                  "flush may take before the rank aborts its communicator and stops with an error (a nonblocking "
+                  "communicator; 0: NCCL's blocking calls, no limit)")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "CUDA device (default: the rank)");
   cmd->add_option("--interleave", o->interleave, "Tokens per rank block (power of two)")->capture_default_str();

@@ -6,9 +6,12 @@
 // nvidia-nccl wheel's nvidia/nccl/lib/libnccl.so.2).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/gpu_support.h"
@@ -201,4 +204,33 @@ TEST(GpuDcpNccl, WorldOfOneAllGatherEqualsInput) {
   CUDA_OK(cudaStreamSynchronize(streams[0]));
   EXPECT_TRUE(g.gathered(2));
   EXPECT_THROW(cuda::make_nccl_communicator(cuda::nccl_unique_id(lib), 1, 1, lib), Error);
+}
+
+// With a timeout the communicator is nonblocking: the same collective, the same result; a stream
+// that stays busy past the timeout (here a host function that blocks it, as a dead peer's
+// collective kernel would) makes dcp_stream_synchronize abort the communicator and say so, after
+// which the communicator refuses collectives.
+TEST(GpuDcpNccl, NonblockingCommunicatorGathersAndItsStreamWaitIsBounded) {
+  NVFP4MLA_REQUIRE_GPU();
+  NVFP4MLA_REQUIRE_NCCL();
+  const std::string lib = nt::test_nccl_library();
+  auto comm = cuda::make_nccl_communicator(cuda::nccl_unique_id(lib), 1, 0, lib, 30);
+  nt::Streams streams(1, true);
+  Gather g(1, 4321, 5);
+  comm->all_gather(g.send_ptr.data(), g.recv_ptr.data(), g.bytes, streams.get());
+  cuda::dcp_stream_synchronize(*comm, streams[0], "gather");
+  EXPECT_TRUE(g.gathered(5));
+
+  auto stalled = cuda::make_nccl_communicator(cuda::nccl_unique_id(lib), 1, 0, lib, 1);
+  static std::atomic<bool> release{false};
+  release = false;
+  CUDA_OK(cudaLaunchHostFunc(
+      streams[0], [](void*) { while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1)); }, nullptr));
+  const auto start = std::chrono::steady_clock::now();
+  nt::expect_error_containing([&] { cuda::dcp_stream_synchronize(*stalled, streams[0], "step"); },
+                              "NCCL: step did not complete within 1 s");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  release = true;
+  CUDA_OK(cudaStreamSynchronize(streams[0]));
+  EXPECT_THROW(stalled->all_gather(g.send_ptr.data(), g.recv_ptr.data(), g.bytes, streams.get()), Error);
 }

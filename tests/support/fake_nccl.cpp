@@ -65,7 +65,9 @@ __attribute__((visibility("default"))) ncclResult_t ncclCommInitRankConfig(ncclC
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
-  if (comm->pending == 0) {
+  if (g_fake.async_error != ncclSuccess) {
+    *state = g_fake.async_error;
+  } else if (comm->pending == 0) {
     *state = comm->outcome;
   } else {
     if (comm->pending > 0) --comm->pending;

@@ -10,5 +10,6 @@ struct FakeNccl {
   ncclResult_t join_outcome;  // what the join ends in
   int collective_polls;
   int finalize_polls;
+  ncclResult_t async_error;  // when not ncclSuccess: what every communicator's state reads as
   int blocking_inits, nonblocking_inits, aborts, destroys, finalizes, collectives;
 };

@@ -2,8 +2,8 @@
 // a stand-in libnccl (support/fake_nccl.cpp) whose joins, collectives and flushes stay in progress
 // as long as each test says: a join that never completes is aborted at the timeout with an error
 // that says so, a late one succeeds, an NCCL error aborts at once, a collective stuck in its
-// enqueue is aborted and the communicator refuses later calls, and without a timeout the join is
-// NCCL's blocking one. Skips in builds without the NCCL backend.
+// enqueue is aborted and the communicator refuses later calls, so does a wait for the stream when
+// a peer fails, and without a timeout the join is NCCL's blocking one. Skips in builds without the NCCL backend.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -35,7 +35,7 @@ class DcpNcclTimeout : public ::testing::Test {
     auto control = reinterpret_cast<FakeNccl* (*)()>(dlsym(handle_, "nvfp4mla_fake_nccl"));
     ASSERT_NE(control, nullptr);
     fake_ = control();
-    *fake_ = FakeNccl{0, ncclSuccess, 0, 0, 0, 0, 0, 0, 0, 0};
+    *fake_ = FakeNccl{0, ncclSuccess, 0, 0, ncclSuccess, 0, 0, 0, 0, 0, 0};
   }
   void TearDown() override {
     if (handle_) dlclose(handle_);
@@ -136,6 +136,27 @@ TEST_F(DcpNcclTimeout, AFlushThatNeverEndsIsAbortedWhenTheCommunicatorGoes) {
   EXPECT_EQ(fake_->finalizes, 1);
   EXPECT_EQ(fake_->aborts, 1);
   EXPECT_EQ(fake_->destroys, 0);
+}
+
+// A peer that fails after the join shows in the communicator's state: waiting for the stream
+// aborts at once, says why, and the communicator refuses later collectives.
+TEST_F(DcpNcclTimeout, WaitingForTheStreamAbortsWhenAPeerFails) {
+  auto comm = join(300);
+  fake_->async_error = ncclRemoteError;
+  const auto start = Clock::now();
+  try {
+    nvfp4mla::cuda::dcp_stream_synchronize(*comm, nullptr, "step");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL: step: fake: a remote rank failed"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(fake_->aborts, 1);
+  EXPECT_THROW(all_gather(*comm), Error);
+  EXPECT_THROW(nvfp4mla::cuda::dcp_stream_synchronize(*comm, nullptr, "step"), Error);
+  comm.reset();
+  EXPECT_EQ(fake_->destroys, 0);
+  EXPECT_EQ(fake_->aborts, 1);
 }
 
 TEST_F(DcpNcclTimeout, WithoutATimeoutTheJoinIsNcclsBlockingOne) {

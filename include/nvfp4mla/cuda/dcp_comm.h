@@ -79,8 +79,7 @@ NcclUniqueId nccl_unique_id(const std::string& library_path = {});
 // (ncclCommInitRankConfig with blocking = 0; NCCL 2.14 or later, else Error): the join, each
 // all_gather's enqueue and the final flush (ncclCommFinalize) each get that long; past it, or on an
 // NCCL error, the communicator is aborted (ncclCommAbort) and the call throws Error saying so. The
-// enqueue bound does not cover the collective's kernels: a rank that dies after the join still
-// leaves its peers' kernels waiting.
+// collective's kernels are bounded by waiting for them with dcp_stream_synchronize.
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId& id, int world_size, int rank,
                                                         const std::string& library_path = {},
                                                         double timeout_seconds = 0);
@@ -88,6 +87,13 @@ std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId& id, 
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(void* nccl_comm, const std::string& library_path = {});
 // The ncclComm_t of a communicator from make_nccl_communicator (null for other backends).
 void* nccl_comm_of(const DcpCommunicator& comm);
+// Waits until `stream` has run everything issued to it, collectives included. For a communicator
+// from make_nccl_communicator with a timeout it polls the stream and the communicator: past the
+// timeout with the stream still busy (a peer that died or hangs after the join leaves the
+// collective's kernels waiting), or on an NCCL error, it aborts the communicator, which stops its
+// kernels, and throws Error naming `what`; the communicator then refuses further collectives.
+// Otherwise cudaStreamSynchronize (Error naming `what` on a CUDA error).
+void dcp_stream_synchronize(DcpCommunicator& comm, cudaStream_t stream, const std::string& what);
 
 // ---- collectives built on all_gather ----
 

@@ -103,37 +103,47 @@ std::string nccl_message(const NcclApi& api, ncclResult_t r, ncclComm_t comm = n
   return m;
 }
 
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw Error(what + ": " + cudaGetErrorString(e));
+}
+
 void nccl_check(const NcclApi& api, ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw Error(std::string("NCCL: ") + what + ": " + nccl_message(api, r));
 }
 
-// Waits until a nonblocking communicator's pending operation (`what`) has completed: its state
-// leaves ncclInProgress. Past `timeout_seconds`, or on an error, aborts the communicator
+// Polls until done(state) says so (state: the communicator's, ncclSuccess or ncclInProgress).
+// Past `timeout_seconds`, or on an NCCL error (a failed peer among them), aborts the communicator
 // (ncclCommAbort, which also stops its kernels) and throws Error saying which.
-void await_nonblocking(const NcclApi& api, ncclComm_t comm, double timeout_seconds, const std::string& what) {
+template <class Done>
+void poll_or_abort(const NcclApi& api, ncclComm_t comm, double timeout_seconds, const std::string& what, Done done) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
-  auto pause = std::chrono::microseconds(50);
+  auto pause = std::chrono::microseconds(20);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = api.comm_get_async_error(comm, &state);
     if (r != ncclSuccess) state = r;
-    if (state == ncclSuccess) return;
-    if (state != ncclInProgress) {
+    if (state != ncclSuccess && state != ncclInProgress) {
       const std::string m = nccl_message(api, state, comm);
       api.comm_abort(comm);
       throw Error("NCCL: " + what + ": " + m + "; the communicator was aborted");
     }
+    if (done(state)) return;
     if (Clock::now() >= deadline) {
       api.comm_abort(comm);
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds);
       throw Error("NCCL: " + what + " did not complete within " + seconds +
-                  " s (a rank that never joined, or died); the communicator was aborted");
+                  " s (a rank that never joined, died or hangs); the communicator was aborted");
     }
     std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
   }
+}
+
+// Waits until a nonblocking communicator's pending operation (`what`) has completed.
+void await_nonblocking(const NcclApi& api, ncclComm_t comm, double timeout_seconds, const std::string& what) {
+  poll_or_abort(api, comm, timeout_seconds, what, [](ncclResult_t state) { return state == ncclSuccess; });
 }
 
 // One rank of an NCCL communicator, driven by this process.
@@ -185,6 +195,25 @@ class NcclDcpCommunicator final : public DcpCommunicator {
     nccl_check(api_, r, "ncclAllGather");
   }
   ncclComm_t comm() const { return comm_; }
+  // Waits for `stream`, bounded by the timeout (nonblocking communicators) or not (cudaStreamSynchronize).
+  void synchronize(cudaStream_t stream, const std::string& what) {
+    if (timeout_ <= 0) {
+      check_cuda(cudaStreamSynchronize(stream), what);
+      return;
+    }
+    if (!comm_) throw Error("NCCL: " + what + ": the communicator was aborted after an earlier error");
+    cudaError_t status = cudaSuccess;
+    try {
+      poll_or_abort(api_, comm_, timeout_, what, [&](ncclResult_t) {
+        status = cudaStreamQuery(stream);
+        return status != cudaErrorNotReady;
+      });
+    } catch (const Error&) {
+      comm_ = nullptr;  // aborted
+      throw;
+    }
+    check_cuda(status, what);
+  }
 
  private:
   const NcclApi& api_;
@@ -263,6 +292,11 @@ void* nccl_comm_of(const DcpCommunicator& comm) {
   return n ? static_cast<void*>(n->comm()) : nullptr;
 }
 
+void dcp_stream_synchronize(DcpCommunicator& comm, cudaStream_t stream, const std::string& what) {
+  if (auto* n = dynamic_cast<NcclDcpCommunicator*>(&comm)) return n->synchronize(stream, what);
+  check_cuda(cudaStreamSynchronize(stream), what);
+}
+
 #else  // built without nccl.h
 
 namespace {
@@ -281,6 +315,10 @@ std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId&, int
 }
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(void*, const std::string&) { no_nccl(); }
 void* nccl_comm_of(const DcpCommunicator&) { return nullptr; }
+void dcp_stream_synchronize(DcpCommunicator&, cudaStream_t stream, const std::string& what) {
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) throw Error(what + ": " + cudaGetErrorString(e));
+}
 
 #endif
 
