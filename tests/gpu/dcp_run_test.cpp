@@ -156,7 +156,8 @@ TEST(GpuDcpRun, RankZeroGivesUpTheJoinWhenAReadyRankNeverJoins) {
   NVFP4MLA_REQUIRE_GPU();
   NVFP4MLA_REQUIRE_NCCL();
   const std::string lib = nt::test_nccl_library();
-  const std::string rank0 = std::string("env -u NCCL_NVLS_ENABLE '") + NVFP4MLA_CLI_PATH +
+  // `timeout`: should NCCL's abort not stop a join in progress, the test fails instead of hanging.
+  const std::string rank0 = std::string("timeout -k 5 150 env -u NCCL_NVLS_ENABLE '") + NVFP4MLA_CLI_PATH +
                             "' dcp run --world 2 --rank 0 --id-file nccl.id --id-timeout 60 --nccl-timeout 5" +
                             kCaseOptions + (lib.empty() ? "" : " --nccl-library '" + lib + "'");
   auto with_stand_in = [&](const nt::TempDir& dir, const std::string& options) {
