@@ -226,11 +226,18 @@ TEST(GpuDcpNccl, NonblockingCommunicatorGathersAndItsStreamWaitIsBounded) {
   release = false;
   CUDA_OK(cudaLaunchHostFunc(
       streams[0], [](void*) { while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1)); }, nullptr));
+  // Should the abort wait for the stream, the host function is released after 60 s anyway and the
+  // time check below fails, instead of the test hanging.
+  std::thread watchdog([] {
+    for (int i = 0; i < 600 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    release = true;
+  });
   const auto start = std::chrono::steady_clock::now();
   nt::expect_error_containing([&] { cuda::dcp_stream_synchronize(*stalled, streams[0], "step"); },
                               "NCCL: step did not complete within 1 s");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   release = true;
+  watchdog.join();
   CUDA_OK(cudaStreamSynchronize(streams[0]));
   EXPECT_THROW(stalled->all_gather(g.send_ptr.data(), g.recv_ptr.data(), g.bytes, streams.get()), Error);
 }
