@@ -16,6 +16,6 @@ void add_select_command(CLI::App& app);  // select (top-k) (select_command.cpp)
 void add_index_command(CLI::App& app);  // index encode (index_command.cpp)
 void add_dcp_command(CLI::App& app);  // dcp union, dcp run (dcp_command.cpp)
 void add_dcp_run_command(CLI::App* dcp);  // dcp run (dcp_run_command.cpp), under `dcp`
-void add_info_command(CLI::App& app);  // info (main.cpp)
+void add_info_command(CLI::App& app);  // info (info_command.cpp)
 
 }  // namespace nvfp4mla::cli

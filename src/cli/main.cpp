@@ -5,20 +5,7 @@
 #include <string>
 
 #include "commands.h"
-#include "nvfp4mla/device.h"
 #include "nvfp4mla/error.h"
-
-namespace nvfp4mla::cli {
-
-void add_info_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("info", "Print build and device information");
-  cmd->callback([] {
-    std::printf("nvfp4mla %s\nCUDA kernels: %s\ndevice: %s\n", "0.1.0", built_with_cuda() ? "built" : "not built",
-                cuda_device_description(0).c_str());
-  });
-}
-
-}  // namespace nvfp4mla::cli
 
 int main(int argc, char** argv) {
   // A write past the file size limit (ulimit -f) then fails with EFBIG, which every writer turns
