@@ -3,7 +3,8 @@
 // as long as each test says: a join that never completes is aborted at the timeout with an error
 // that says so, a late one succeeds, an NCCL error aborts at once, a collective stuck in its
 // enqueue is aborted and the communicator refuses later calls, so does a wait for the stream when
-// a peer fails, and without a timeout the join is NCCL's blocking one. Skips in builds without the NCCL backend.
+// a peer fails, a borrowed nonblocking communicator waits for its collectives, and without a
+// timeout the join is NCCL's blocking one. Skips in builds without the NCCL backend.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -157,6 +158,39 @@ TEST_F(DcpNcclTimeout, WaitingForTheStreamAbortsWhenAPeerFails) {
   comm.reset();
   EXPECT_EQ(fake_->destroys, 0);
   EXPECT_EQ(fake_->aborts, 1);
+}
+
+// An engine's nonblocking communicator, borrowed: a collective in progress is waited for (not an
+// error), and a failure is reported without aborting what the engine owns.
+TEST_F(DcpNcclTimeout, ABorrowedNonblockingCommunicatorWaitsForItsCollectives) {
+  using InitConfig = ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
+  using Destroy = ncclResult_t (*)(ncclComm_t);
+  const auto init = reinterpret_cast<InitConfig>(dlsym(handle_, "ncclCommInitRankConfig"));
+  const auto destroy = reinterpret_cast<Destroy>(dlsym(handle_, "ncclCommDestroy"));
+  ASSERT_TRUE(init && destroy);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t engine_comm = nullptr;
+  ASSERT_EQ(init(&engine_comm, 2, ncclUniqueId{}, 1, &config), ncclSuccess);  // join_polls 0: joined at once
+  {
+    auto borrowed = make_nccl_communicator(engine_comm, kLib);
+    EXPECT_EQ(borrowed->world_size(), 2);
+    fake_->collective_polls = 5;
+    all_gather(*borrowed);
+    EXPECT_EQ(fake_->collectives, 1);
+    fake_->collective_polls = -1;
+    fake_->async_error = ncclRemoteError;
+    try {
+      all_gather(*borrowed);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("fake: a remote rank failed"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(fake_->aborts, 0);
+  EXPECT_EQ(fake_->destroys, 0);  // the owner's to destroy
+  EXPECT_EQ(destroy(engine_comm), ncclSuccess);
 }
 
 TEST_F(DcpNcclTimeout, WithoutATimeoutTheJoinIsNcclsBlockingOne) {

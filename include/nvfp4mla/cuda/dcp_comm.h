@@ -83,7 +83,9 @@ NcclUniqueId nccl_unique_id(const std::string& library_path = {});
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId& id, int world_size, int rank,
                                                         const std::string& library_path = {},
                                                         double timeout_seconds = 0);
-// An existing ncclComm_t (passed as void*), borrowed: the caller keeps it alive and destroys it.
+// An existing ncclComm_t (passed as void*), borrowed: the caller keeps it alive and destroys it. A
+// nonblocking one (the engine's) works too: all_gather waits, without a limit, until NCCL has
+// enqueued the collective, and reports an NCCL error without aborting the communicator.
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(void* nccl_comm, const std::string& library_path = {});
 // The ncclComm_t of a communicator from make_nccl_communicator (null for other backends).
 void* nccl_comm_of(const DcpCommunicator& comm);

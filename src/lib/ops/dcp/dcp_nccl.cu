@@ -112,10 +112,12 @@ void nccl_check(const NcclApi& api, ncclResult_t r, const char* what) {
 }
 
 // Polls until done(state) says so (state: the communicator's, ncclSuccess or ncclInProgress).
-// Past `timeout_seconds`, or on an NCCL error (a failed peer among them), aborts the communicator
-// (ncclCommAbort, which also stops its kernels) and throws Error saying which.
+// Past `timeout_seconds` (> 0; 0: no limit), or on an NCCL error (a failed peer among them),
+// aborts the communicator when it is ours (ncclCommAbort, which also stops its kernels; a borrowed
+// one is left to its owner) and throws Error saying which.
 template <class Done>
-void poll_or_abort(const NcclApi& api, ncclComm_t comm, double timeout_seconds, const std::string& what, Done done) {
+void poll_or_abort(const NcclApi& api, ncclComm_t comm, double timeout_seconds, bool ours, const std::string& what,
+                   Done done) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
   auto pause = std::chrono::microseconds(20);
@@ -125,11 +127,12 @@ void poll_or_abort(const NcclApi& api, ncclComm_t comm, double timeout_seconds, 
     if (r != ncclSuccess) state = r;
     if (state != ncclSuccess && state != ncclInProgress) {
       const std::string m = nccl_message(api, state, comm);
+      if (!ours) throw Error("NCCL: " + what + ": " + m);
       api.comm_abort(comm);
       throw Error("NCCL: " + what + ": " + m + "; the communicator was aborted");
     }
     if (done(state)) return;
-    if (Clock::now() >= deadline) {
+    if (timeout_seconds > 0 && Clock::now() >= deadline) {
       api.comm_abort(comm);
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds);
@@ -142,8 +145,9 @@ void poll_or_abort(const NcclApi& api, ncclComm_t comm, double timeout_seconds, 
 }
 
 // Waits until a nonblocking communicator's pending operation (`what`) has completed.
-void await_nonblocking(const NcclApi& api, ncclComm_t comm, double timeout_seconds, const std::string& what) {
-  poll_or_abort(api, comm, timeout_seconds, what, [](ncclResult_t state) { return state == ncclSuccess; });
+void await_nonblocking(const NcclApi& api, ncclComm_t comm, double timeout_seconds, const std::string& what,
+                       bool ours = true) {
+  poll_or_abort(api, comm, timeout_seconds, ours, what, [](ncclResult_t state) { return state == ncclSuccess; });
 }
 
 // One rank of an NCCL communicator, driven by this process.
@@ -183,11 +187,13 @@ class NcclDcpCommunicator final : public DcpCommunicator {
       throw Error("NCCL all_gather: send, recv and streams are required");
     if (!comm_) throw Error("NCCL all_gather: the communicator was aborted after an earlier error");
     const ncclResult_t r = api_.all_gather(send[0], recv[0], bytes, ncclUint8, comm_, streams[0]);
-    if (timeout_ > 0 && r == ncclInProgress) {
+    // In progress: a nonblocking communicator, ours (bounded by the timeout) or borrowed (the
+    // engine made it nonblocking; waited for as a blocking call would be, and never aborted here).
+    if (r == ncclInProgress && api_.comm_get_async_error) {
       try {
-        await_nonblocking(api_, comm_, timeout_, "ncclAllGather");
+        await_nonblocking(api_, comm_, owned_ ? timeout_ : 0, "ncclAllGather", owned_);
       } catch (const Error&) {
-        comm_ = nullptr;  // aborted
+        if (owned_) comm_ = nullptr;  // aborted
         throw;
       }
       return;
@@ -204,7 +210,7 @@ class NcclDcpCommunicator final : public DcpCommunicator {
     if (!comm_) throw Error("NCCL: " + what + ": the communicator was aborted after an earlier error");
     cudaError_t status = cudaSuccess;
     try {
-      poll_or_abort(api_, comm_, timeout_, what, [&](ncclResult_t) {
+      poll_or_abort(api_, comm_, timeout_, true, what, [&](ncclResult_t) {
         status = cudaStreamQuery(stream);
         return status != cudaErrorNotReady;
       });
