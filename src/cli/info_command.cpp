@@ -41,15 +41,14 @@ bool table_arch(const InfoOptions& o, ArchSpec& arch) {
   return true;
 }
 
-// "sm90_h16", or "sm80_mma/32" where sm80_mma runs fewer heads per CTA than the heads call for (its
-// larger groups do not fit the device); "-" when no kernel runs the shape.
+// "sm90_h16", or "sm80_mma/32" where sm80_mma splits the heads into groups of that many per CTA
+// (its head group depends on the device's shared memory); "-" when no kernel runs the shape.
 std::string kernel_cell(const ArchSpec& arch, const RecordSpec& spec, int heads, nlohmann::json& j) {
   try {
     const DecodePlan plan = plan_sparse_decode(spec, 128, heads, 2048, arch);
     j = {{"kernel", to_string(plan.kernel)}, {"head_group", plan.head_group}, {"stages", plan.stages}};
-    const int natural = heads <= 16 ? 16 : heads <= 32 ? 32 : 64;
     std::string cell = to_string(plan.kernel);
-    if (plan.kernel == DecodeKernel::sm80_mma && plan.head_group < natural) cell += "/" + std::to_string(plan.head_group);
+    if (plan.kernel == DecodeKernel::sm80_mma && plan.head_group < heads) cell += "/" + std::to_string(plan.head_group);
     return cell;
   } catch (const Error& e) {
     j = {{"kernel", nullptr}, {"why", e.what()}};
@@ -89,8 +88,7 @@ void run_info(const InfoOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("decode kernels on %s (the planner's choice; /N: N heads per CTA, where the device's shared memory "
-              "allows no more):\n",
+  std::printf("decode kernels on %s (the planner's choice; sm80_mma/N: N heads per CTA):\n",
               to_string(arch).c_str());
   std::printf("  %-28s", "format \\ heads");
   for (int heads : kHeadCounts) std::printf(" %-17d", heads);

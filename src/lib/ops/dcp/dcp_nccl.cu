@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/cuda_check.h"
 #include "nvfp4mla/cuda/dcp_comm.h"
 #include "nvfp4mla/error.h"
 
@@ -101,10 +102,6 @@ std::string nccl_message(const NcclApi& api, ncclResult_t r, ncclComm_t comm = n
     if (last && *last) m += std::string(" (") + last + ")";
   }
   return m;
-}
-
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw Error(what + ": " + cudaGetErrorString(e));
 }
 
 void nccl_check(const NcclApi& api, ncclResult_t r, const char* what) {
@@ -204,7 +201,7 @@ class NcclDcpCommunicator final : public DcpCommunicator {
   // Waits for `stream`, bounded by the timeout (nonblocking communicators) or not (cudaStreamSynchronize).
   void synchronize(cudaStream_t stream, const std::string& what) {
     if (timeout_ <= 0) {
-      check_cuda(cudaStreamSynchronize(stream), what);
+      check(cudaStreamSynchronize(stream), what.c_str());
       return;
     }
     if (!comm_) throw Error("NCCL: " + what + ": the communicator was aborted after an earlier error");
@@ -218,7 +215,7 @@ class NcclDcpCommunicator final : public DcpCommunicator {
       comm_ = nullptr;  // aborted
       throw;
     }
-    check_cuda(status, what);
+    check(status, what.c_str());
   }
 
  private:
@@ -300,7 +297,7 @@ void* nccl_comm_of(const DcpCommunicator& comm) {
 
 void dcp_stream_synchronize(DcpCommunicator& comm, cudaStream_t stream, const std::string& what) {
   if (auto* n = dynamic_cast<NcclDcpCommunicator*>(&comm)) return n->synchronize(stream, what);
-  check_cuda(cudaStreamSynchronize(stream), what);
+  check(cudaStreamSynchronize(stream), what.c_str());
 }
 
 #else  // built without nccl.h
@@ -322,8 +319,7 @@ std::unique_ptr<DcpCommunicator> make_nccl_communicator(const NcclUniqueId&, int
 std::unique_ptr<DcpCommunicator> make_nccl_communicator(void*, const std::string&) { no_nccl(); }
 void* nccl_comm_of(const DcpCommunicator&) { return nullptr; }
 void dcp_stream_synchronize(DcpCommunicator&, cudaStream_t stream, const std::string& what) {
-  const cudaError_t e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) throw Error(what + ": " + cudaGetErrorString(e));
+  check(cudaStreamSynchronize(stream), what.c_str());
 }
 
 #endif
