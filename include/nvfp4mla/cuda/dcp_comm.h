@@ -93,7 +93,9 @@ void* nccl_comm_of(const DcpCommunicator& comm);
 // from make_nccl_communicator with a timeout it polls the stream and the communicator: past the
 // timeout with the stream still busy (a peer that died or hangs after the join leaves the
 // collective's kernels waiting), or on an NCCL error, it aborts the communicator, which stops its
-// kernels, and throws Error naming `what`; the communicator then refuses further collectives.
+// kernels, and throws Error naming `what`; the communicator then refuses further collectives. The
+// abort returns once the device is idle (ncclCommAbort frees device memory), so work on the device
+// that is not NCCL's and never ends still holds it.
 // Otherwise cudaStreamSynchronize (Error naming `what` on a CUDA error).
 void dcp_stream_synchronize(DcpCommunicator& comm, cudaStream_t stream, const std::string& what);
 
