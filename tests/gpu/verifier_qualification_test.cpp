@@ -16,12 +16,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/gpu_support.h"
@@ -63,6 +65,33 @@ constexpr double kCosLimit = 1e-5;
 // the limit per (row, head); the whole output keeps kCosLimit.
 double row_cos_limit(const DecodePlan& plan) { return plan.splits > 1 && plan.partial_bytes == 2 ? 2 * kCosLimit : kCosLimit; }
 
+// Records of `n` random tokens with adversarial magnitudes (1e-4 to 1e2, channel outliers),
+// generated and encoded in chunks of 4096 tokens spread over the hardware threads: one thread took
+// most of the suite's time on the 16-core device machine for these up to 49,000 tokens a batch.
+std::vector<uint8_t> random_records(const RecordSpec& spec, int64_t n, uint64_t seed, float layer_scale) {
+  constexpr int64_t kChunk = 4096;
+  const int rb = spec.record_bytes();
+  std::vector<uint8_t> records(size_t(n) * rb);
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t c = next++; c < chunks; c = next++) {
+      const int64_t first = c * kChunk, count = std::min(kChunk, n - first);
+      const auto tokens = nvfp4mla::testing::random_tokens(count, seed + 1000003 * uint64_t(c), -4, 2);
+      for (int64_t i = 0; i < count; ++i)
+        record::encode(spec, reinterpret_cast<const Bf16Bits*>(&tokens.kv_c[i * kLatentDim]),
+                       reinterpret_cast<const Bf16Bits*>(&tokens.k_pe[i * kRopeDim]), layer_scale,
+                       &records[size_t(first + i) * rb]);
+    }
+  };
+  const int threads = static_cast<int>(std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(chunks, 1)));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+  return records;
+}
+
 // Runs one verifier batch through both routes and the fp64 reference; counts the failures.
 BatchFailures check_batch(const RecordSpec& spec, DecodeKernel kernel, int width, uint64_t seed, int heads = 64) {
   const int topk = 2048, requests = 3;
@@ -89,14 +118,9 @@ BatchFailures check_batch(const RecordSpec& spec, DecodeKernel kernel, int width
   }
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  // Adversarial magnitudes: tokens from 1e-4 to 1e2 with channel outliers.
-  const auto tokens = nvfp4mla::testing::random_tokens(static_cast<int64_t>(used.size()), seed + 7, -4, 2);
   const int rb = spec.record_bytes();
   const float layer_scale = 0.0123f;
-  std::vector<uint8_t> records(used.size() * rb);
-  for (size_t i = 0; i < used.size(); ++i)
-    record::encode(spec, reinterpret_cast<const Bf16Bits*>(&tokens.kv_c[i * kLatentDim]),
-                   reinterpret_cast<const Bf16Bits*>(&tokens.k_pe[i * kRopeDim]), layer_scale, &records[i * rb]);
+  std::vector<uint8_t> records = random_records(spec, static_cast<int64_t>(used.size()), seed + 7, layer_scale);
   DeviceBuffer<uint8_t> cache(size_t(capacity + 1) * rb), staged(records);
   cache.fill_bytes(0xFF);  // NaN everywhere no record was written, and in the guard record past the end
   DeviceBuffer<int64_t> slots(used);

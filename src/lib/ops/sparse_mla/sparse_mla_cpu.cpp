@@ -1,6 +1,7 @@
 // CPU reference for sparse MLA attention: dequantize through the format module, accumulate
-// in fp64. Rows are independent and are spread over the available hardware threads.
+// in fp64. Rows and blocks of heads are independent and are spread over the hardware threads.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -33,19 +34,34 @@ void decode_k_row(const RecordSpec& spec, const SparseMlaArgs& a, int64_t slot, 
     for (int d = 0; d < kQkDim; ++d) k[d] = codec::bf16_decode(codec::bf16_encode_rn(k[d]));
 }
 
-void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, const ReferenceOptions& opt, int row, float* out,
-                float* lse, std::vector<float>& k_buf, std::vector<double>& scores, std::vector<double>& acc) {
-  // Dequantize the row's valid entries once; all heads share them.
-  std::vector<int> valid;
-  for (int p = 0; p < a.topk; ++p)
-    if (sparse_entry_valid(a, row, p)) valid.push_back(p);
-  const size_t n = valid.size();
-  k_buf.resize(n * kQkDim);
-  for (size_t j = 0; j < n; ++j)
-    decode_k_row(spec, a, a.indices[static_cast<int64_t>(row) * a.topk + valid[j]], opt, &k_buf[j * kQkDim]);
+// One thread's buffers: the dequantized valid entries of row `row`, which its heads share.
+struct RowScratch {
+  int row = -1;
+  size_t n = 0;
+  std::vector<float> k_buf;
+  std::vector<double> scores, acc;
+};
+
+// Heads [h0, h1) of `row`.
+void attend_heads(const RecordSpec& spec, const SparseMlaArgs& a, const ReferenceOptions& opt, int row, int h0, int h1,
+                  float* out, float* lse, RowScratch& t) {
+  if (t.row != row) {
+    t.row = row;
+    std::vector<int> valid;
+    for (int p = 0; p < a.topk; ++p)
+      if (sparse_entry_valid(a, row, p)) valid.push_back(p);
+    t.n = valid.size();
+    t.k_buf.resize(t.n * kQkDim);
+    for (size_t j = 0; j < t.n; ++j)
+      decode_k_row(spec, a, a.indices[static_cast<int64_t>(row) * a.topk + valid[j]], opt, &t.k_buf[j * kQkDim]);
+  }
+  const size_t n = t.n;
+  const std::vector<float>& k_buf = t.k_buf;
+  std::vector<double>& scores = t.scores;
+  std::vector<double>& acc = t.acc;
   scores.resize(n);
   acc.resize(kLatentDim);
-  for (int h = 0; h < a.heads; ++h) {
+  for (int h = h0; h < h1; ++h) {
     const uint16_t* q = a.q + (static_cast<int64_t>(row) * a.heads + h) * kQkDim;
     float* o = out + (static_cast<int64_t>(row) * a.heads + h) * kLatentDim;
     float& l = lse[static_cast<int64_t>(row) * a.heads + h];
@@ -83,18 +99,23 @@ void attend_row(const RecordSpec& spec, const SparseMlaArgs& a, const ReferenceO
 void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& a, float* out, float* lse,
                           const ReferenceOptions& opt) {
   validate_sparse_mla_args(spec, a);
-  const int threads = std::max(1, std::min<int>(a.rows, static_cast<int>(std::thread::hardware_concurrency())));
-  auto work = [&](int t) {
-    std::vector<float> k_buf;
-    std::vector<double> scores, acc;
-    for (int r = t; r < a.rows; r += threads) attend_row(spec, a, opt, r, out, lse, k_buf, scores, acc);
+  // Work items: a row and a block of up to 8 of its heads, in order, so that a few rows of many
+  // heads still use every thread.
+  constexpr int kHeadBlock = 8;
+  const int blocks = (a.heads + kHeadBlock - 1) / kHeadBlock;
+  const int64_t items = int64_t(a.rows) * blocks;
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    RowScratch t;
+    for (int64_t i = next++; i < items; i = next++) {
+      const int row = static_cast<int>(i / blocks), h0 = static_cast<int>(i % blocks) * kHeadBlock;
+      attend_heads(spec, a, opt, row, h0, std::min(a.heads, h0 + kHeadBlock), out, lse, t);
+    }
   };
-  if (threads <= 1) {
-    work(0);
-    return;
-  }
+  const int threads = static_cast<int>(std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(items, 1)));
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
   for (auto& th : pool) th.join();
 }
 
