@@ -26,7 +26,8 @@ for step in "$@"; do
       done ;;
     qualification)
       # The verifier qualification (docs/ROUTING.md) for the kernels in $KERNELS, one process each:
-      # its fp64 oracle takes 1-2.5 minutes per test, so a call covers a few kernels.
+      # with two kernels side by side a test takes 70-140 s (16-core machine), so a call covers two
+      # kernels; the CPU oracle and the random records set the pace.
       for k in ${KERNELS:-sm90_ws_wide sm90_h16}; do
         "$BIN/nvfp4mla_gpu_tests" --gtest_filter="Kernels/GpuVerifierQualification.*/$k" >"$OUT/qualification_$k.log" 2>&1 &
       done
