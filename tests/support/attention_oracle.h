@@ -191,11 +191,16 @@ inline void attend_head(const SparseMlaArgs& a, const Options& opt, int row, int
   double m = -std::numeric_limits<double>::infinity();
   for (size_t j = 0; j < n; ++j) {
     const float* k = &t.k[j * kDim];
-    double dot = 0.0, abs_dot = 0.0;
-    for (int d = 0; d < kDim; ++d) {
-      dot += q[d] * k[d];
-      abs_dot += std::fabs(q[d] * k[d]);
-    }
+    // Four partial sums each: one fp64 chain of 576 dependent adds dominated the suites' CPU time.
+    double dots[4] = {}, abs_dots[4] = {};
+    for (int d = 0; d < kDim; d += 4)
+      for (int i = 0; i < 4; ++i) {
+        const double prod = q[d + i] * k[d + i];
+        dots[i] += prod;
+        abs_dots[i] += std::fabs(prod);
+      }
+    const double dot = (dots[0] + dots[1]) + (dots[2] + dots[3]);
+    const double abs_dot = (abs_dots[0] + abs_dots[1]) + (abs_dots[2] + abs_dots[3]);
     t.s[j] = static_cast<double>(a.sm_scale) * dot;
     t.abs_dot[j] = std::fabs(static_cast<double>(a.sm_scale)) * abs_dot;
     scores[t.pos[j]] = t.s[j];
@@ -325,20 +330,22 @@ inline Result attention(const RecordSpec& spec, const SparseMlaArgs& a, const Op
     res.element_bound.assign(pairs * kLatent, 0.0);
     res.norm_bound.assign(pairs, 0.0);
   }
-  // Work items: a row and a block of up to 8 of its heads, handed out in order.
-  constexpr int kHeadBlock = 8;
-  const int blocks = (a.heads + kHeadBlock - 1) / kHeadBlock;
+  // Work items: a row, or with fewer rows than threads a block of its heads (at least 8); each item
+  // reads its row's K rows, so rows are not split further than the threads need.
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int blocks = a.rows > 0 ? std::clamp((hw + a.rows - 1) / a.rows, 1, std::max(1, a.heads / 8)) : 1;
+  const int block_heads = (a.heads + blocks - 1) / blocks;
   const int items = a.rows * blocks;
   std::atomic<int> next{0};
   auto work = [&] {
     detail::Scratch t;
     for (int i = next++; i < items; i = next++) {
-      const int row = i / blocks, h0 = (i % blocks) * kHeadBlock;
+      const int row = i / blocks, h0 = (i % blocks) * block_heads;
       detail::load_row(spec, a, opt, row, t);
-      for (int h = h0; h < std::min(a.heads, h0 + kHeadBlock); ++h) detail::attend_head(a, opt, row, h, t, res);
+      for (int h = h0; h < std::min(a.heads, h0 + block_heads); ++h) detail::attend_head(a, opt, row, h, t, res);
     }
   };
-  const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, std::max(1, items));
+  const int threads = std::clamp(hw, 1, std::max(1, items));
   std::vector<std::thread> pool;
   for (int i = 1; i < threads; ++i) pool.emplace_back(work);
   work();
