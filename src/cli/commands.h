@@ -5,6 +5,9 @@
 
 namespace nvfp4mla::cli {
 
+// SMs of the GPU a plan is made for when neither an option nor a device says (H100 and H200: 132).
+constexpr int kDefaultSmCount = 132;
+
 void add_format_commands(CLI::App& app);  // encode, decode, inspect, abi (format_commands.cpp)
 void add_calibrate_command(CLI::App& app);  // calibrate (calibrate_command.cpp)
 void add_eval_command(CLI::App& app);  // eval (eval_command.cpp)

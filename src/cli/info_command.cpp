@@ -18,12 +18,12 @@
 namespace nvfp4mla::cli {
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
+constexpr const char* kVersion = NVFP4MLA_VERSION;  // CMake's project version
 constexpr int kHeadCounts[] = {8, 16, 32, 64, 128};
 
 struct InfoOptions {
   int compute_capability = 0;  // 0: this machine's GPU
-  int sm_count = 0;            // 0: the GPU's (132 without one)
+  int sm_count = 0;            // 0: the GPU's (kDefaultSmCount without one)
   bool json = false;
 };
 
@@ -31,7 +31,7 @@ struct InfoOptions {
 bool table_arch(const InfoOptions& o, ArchSpec& arch) {
   if (o.compute_capability > 0) {
     int sms = o.sm_count;
-    if (sms == 0) sms = cuda_device_count() > 0 ? current_device_arch().sm_count : 132;
+    if (sms == 0) sms = cuda_device_count() > 0 ? current_device_arch().sm_count : kDefaultSmCount;
     arch = arch_spec(o.compute_capability / 10, o.compute_capability % 10, sms);
     return true;
   }

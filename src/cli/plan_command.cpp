@@ -23,7 +23,7 @@ struct PlanArgs {
   int64_t decode_rows = 0, decode_row_budget = 0;
   bool prefilling = false;
   // scratch
-  int heads = 0, dcp = 1, topk = 2048, max_num_seqs = 0, splits = 0, sm_count = 132, compute_capability = 0;
+  int heads = 0, dcp = 1, topk = 2048, max_num_seqs = 0, splits = 0, sm_count = kDefaultSmCount, compute_capability = 0;
   int64_t max_batched_tokens = 0;
   std::string partials = "fp32";
   // capacity

@@ -16,17 +16,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <cmath>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gpu/gpu_support.h"
+#include "lib/threads/parallel_for.h"
 #include "nvfp4mla/arch.h"
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/cuda/cache_write.h"
@@ -72,23 +71,14 @@ std::vector<uint8_t> random_records(const RecordSpec& spec, int64_t n, uint64_t 
   constexpr int64_t kChunk = 4096;
   const int rb = spec.record_bytes();
   std::vector<uint8_t> records(size_t(n) * rb);
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t c = next++; c < chunks; c = next++) {
-      const int64_t first = c * kChunk, count = std::min(kChunk, n - first);
-      const auto tokens = nvfp4mla::testing::random_tokens(count, seed + 1000003 * uint64_t(c), -4, 2);
-      for (int64_t i = 0; i < count; ++i)
-        record::encode(spec, reinterpret_cast<const Bf16Bits*>(&tokens.kv_c[i * kLatentDim]),
-                       reinterpret_cast<const Bf16Bits*>(&tokens.k_pe[i * kRopeDim]), layer_scale,
-                       &records[size_t(first + i) * rb]);
-    }
-  };
-  const int threads = static_cast<int>(std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(chunks, 1)));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  nvfp4mla::detail::parallel_for((n + kChunk - 1) / kChunk, nvfp4mla::detail::hardware_threads(), [&](int64_t c) {
+    const int64_t first = c * kChunk, count = std::min(kChunk, n - first);
+    const auto tokens = nvfp4mla::testing::random_tokens(count, seed + 1000003 * uint64_t(c), -4, 2);
+    for (int64_t i = 0; i < count; ++i)
+      record::encode(spec, reinterpret_cast<const Bf16Bits*>(&tokens.kv_c[i * kLatentDim]),
+                     reinterpret_cast<const Bf16Bits*>(&tokens.k_pe[i * kRopeDim]), layer_scale,
+                     &records[size_t(first + i) * rb]);
+  });
   return records;
 }
 

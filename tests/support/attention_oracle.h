@@ -8,17 +8,16 @@
 // enter the output product as BF16 values (derived below, before namespace detail; used by
 // output_compare.h).
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include "nvfp4mla/format.h"
 #include "nvfp4mla/sparse_mla.h"
+#include "lib/threads/parallel_for.h"
 
 namespace nvfp4mla::testing::oracle {
 
@@ -157,9 +156,8 @@ namespace detail {
 
 constexpr double kU = 1.0 / 16777216.0;  // 2^-24
 
-// Work buffers of one thread.
+// Work buffers of one row's work item.
 struct Scratch {
-  int row = -1;                            // whose entries k and pos hold
   std::vector<float> k;                    // [n, 576] K rows of the row's attended entries
   std::vector<int> pos;                    // their positions
   std::vector<double> s, w, abs_dot, delta, mult, v_norm;
@@ -293,11 +291,9 @@ inline void attend_head(const SparseMlaArgs& a, const Options& opt, int row, int
                        big_delta * out_norm + 0x1p-8 * out_norm + 1e-30 + partial_norm;
 }
 
-// Reads the K rows of `row`'s attended entries into t (once per row and thread).
+// Reads the K rows of `row`'s attended entries into t.
 inline void load_row(const RecordSpec& spec, const SparseMlaArgs& a, const Options& opt, int row, Scratch& t) {
   constexpr int kLatent = 512, kDim = 576;
-  if (t.row == row) return;
-  t.row = row;
   t.pos.clear();
   for (int p = 0; p < a.topk; ++p)
     if (attended(a, row, p)) t.pos.push_back(p);
@@ -332,24 +328,15 @@ inline Result attention(const RecordSpec& spec, const SparseMlaArgs& a, const Op
   }
   // Work items: a row, or with fewer rows than threads a block of its heads (at least 8); each item
   // reads its row's K rows, so rows are not split further than the threads need.
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int blocks = a.rows > 0 ? std::clamp((hw + a.rows - 1) / a.rows, 1, std::max(1, a.heads / 8)) : 1;
+  const int threads = nvfp4mla::detail::hardware_threads();
+  const int blocks = a.rows > 0 ? std::clamp((threads + a.rows - 1) / a.rows, 1, std::max(1, a.heads / 8)) : 1;
   const int block_heads = (a.heads + blocks - 1) / blocks;
-  const int items = a.rows * blocks;
-  std::atomic<int> next{0};
-  auto work = [&] {
+  nvfp4mla::detail::parallel_for(int64_t(a.rows) * blocks, threads, [&](int64_t i) {
+    const int row = static_cast<int>(i / blocks), h0 = static_cast<int>(i % blocks) * block_heads;
     detail::Scratch t;
-    for (int i = next++; i < items; i = next++) {
-      const int row = i / blocks, h0 = (i % blocks) * block_heads;
-      detail::load_row(spec, a, opt, row, t);
-      for (int h = h0; h < std::min(a.heads, h0 + block_heads); ++h) detail::attend_head(a, opt, row, h, t, res);
-    }
-  };
-  const int threads = std::clamp(hw, 1, std::max(1, items));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+    detail::load_row(spec, a, opt, row, t);
+    for (int h = h0; h < std::min(a.heads, h0 + block_heads); ++h) detail::attend_head(a, opt, row, h, t, res);
+  });
   return res;
 }
 

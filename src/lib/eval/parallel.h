@@ -1,23 +1,14 @@
 #pragma once
-// Work spread over threads for the evaluation. Items are independent and write only their own
-// results, so the outcome does not depend on the thread count or the schedule.
-#include <algorithm>
-#include <atomic>
-#include <exception>
-#include <functional>
+// Work spread over threads for the evaluation (threads/parallel_for.h) and its progress reports.
 #include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "nvfp4mla/eval/evaluation.h"
+#include "threads/parallel_for.h"
 
 namespace nvfp4mla::eval::detail {
 
-inline int resolve_threads(int requested) {
-  if (requested > 0) return requested;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
+inline int resolve_threads(int requested) { return requested > 0 ? requested : nvfp4mla::detail::hardware_threads(); }
 
 // Reports progress of one stage from many threads, one call at a time.
 class StageProgress {
@@ -40,33 +31,6 @@ class StageProgress {
   std::mutex mu_;
 };
 
-// Calls fn(i) for i in [0, n) on up to `threads` threads; rethrows the first exception.
-inline void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
-  const int t = static_cast<int>(std::min<int64_t>(n, std::max(1, threads)));
-  if (t <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto worker = [&] {
-    for (;;) {
-      const int64_t i = next.fetch_add(1);
-      if (i >= n) return;
-      try {
-        fn(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!error) error = std::current_exception();
-        next.store(n);
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int k = 0; k < t; ++k) pool.emplace_back(worker);
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
-}
+using nvfp4mla::detail::parallel_for;
 
 }  // namespace nvfp4mla::eval::detail

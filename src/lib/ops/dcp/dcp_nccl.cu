@@ -130,11 +130,11 @@ void poll_or_abort(const NcclApi& api, ncclComm_t comm, double timeout_seconds, 
     }
     if (done(state)) return;
     if (timeout_seconds > 0 && Clock::now() >= deadline) {
-      api.comm_abort(comm);
+      if (ours) api.comm_abort(comm);
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds);
-      throw Error("NCCL: " + what + " did not complete within " + seconds +
-                  " s (a rank that never joined, died or hangs); the communicator was aborted");
+      throw Error("NCCL: " + what + " did not complete within " + seconds + " s (a rank that never joined, died or hangs)" +
+                  (ours ? "; the communicator was aborted" : ""));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));

@@ -1,16 +1,15 @@
 // CPU reference for sparse MLA attention: dequantize through the format module, accumulate
 // in fp64. Rows and blocks of heads are independent and are spread over the hardware threads.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "nvfp4mla/codec.h"
 #include "nvfp4mla/error.h"
 #include "nvfp4mla/record.h"
 #include "nvfp4mla/sparse_mla.h"
+#include "threads/parallel_for.h"
 
 namespace nvfp4mla {
 
@@ -34,33 +33,17 @@ void decode_k_row(const RecordSpec& spec, const SparseMlaArgs& a, int64_t slot, 
     for (int d = 0; d < kQkDim; ++d) k[d] = codec::bf16_decode(codec::bf16_encode_rn(k[d]));
 }
 
-// One thread's buffers: the dequantized valid entries of row `row`, which its heads share.
-struct RowScratch {
-  int row = -1;
-  size_t n = 0;
-  std::vector<float> k_buf;
-  std::vector<double> scores, acc;
-};
-
-// Heads [h0, h1) of `row`.
+// Heads [h0, h1) of `row`: its valid entries dequantized once, then each head over them.
 void attend_heads(const RecordSpec& spec, const SparseMlaArgs& a, const ReferenceOptions& opt, int row, int h0, int h1,
-                  float* out, float* lse, RowScratch& t) {
-  if (t.row != row) {
-    t.row = row;
-    std::vector<int> valid;
-    for (int p = 0; p < a.topk; ++p)
-      if (sparse_entry_valid(a, row, p)) valid.push_back(p);
-    t.n = valid.size();
-    t.k_buf.resize(t.n * kQkDim);
-    for (size_t j = 0; j < t.n; ++j)
-      decode_k_row(spec, a, a.indices[static_cast<int64_t>(row) * a.topk + valid[j]], opt, &t.k_buf[j * kQkDim]);
-  }
-  const size_t n = t.n;
-  const std::vector<float>& k_buf = t.k_buf;
-  std::vector<double>& scores = t.scores;
-  std::vector<double>& acc = t.acc;
-  scores.resize(n);
-  acc.resize(kLatentDim);
+                  float* out, float* lse) {
+  std::vector<int> valid;
+  for (int p = 0; p < a.topk; ++p)
+    if (sparse_entry_valid(a, row, p)) valid.push_back(p);
+  const size_t n = valid.size();
+  std::vector<float> k_buf(n * kQkDim);
+  for (size_t j = 0; j < n; ++j)
+    decode_k_row(spec, a, a.indices[static_cast<int64_t>(row) * a.topk + valid[j]], opt, &k_buf[j * kQkDim]);
+  std::vector<double> scores(n), acc(kLatentDim);
   for (int h = h0; h < h1; ++h) {
     const uint16_t* q = a.q + (static_cast<int64_t>(row) * a.heads + h) * kQkDim;
     float* o = out + (static_cast<int64_t>(row) * a.heads + h) * kLatentDim;
@@ -104,24 +87,13 @@ void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& a, float*
   validate_sparse_mla_args(spec, a);
   // Work items: a row, or with fewer rows than threads a block of its heads (at least 8), so that a
   // few rows of many heads still use every thread; each item dequantizes its row's entries.
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int max_blocks = std::max(1, a.heads / 8);
-  const int blocks = a.rows > 0 ? std::clamp((hw + a.rows - 1) / a.rows, 1, max_blocks) : 1;
+  const int threads = detail::hardware_threads();
+  const int blocks = a.rows > 0 ? std::clamp((threads + a.rows - 1) / a.rows, 1, std::max(1, a.heads / 8)) : 1;
   const int block_heads = (a.heads + blocks - 1) / blocks;
-  const int64_t items = int64_t(a.rows) * blocks;
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    RowScratch t;
-    for (int64_t i = next++; i < items; i = next++) {
-      const int row = static_cast<int>(i / blocks), h0 = static_cast<int>(i % blocks) * block_heads;
-      if (h0 < a.heads) attend_heads(spec, a, opt, row, h0, std::min(a.heads, h0 + block_heads), out, lse, t);
-    }
-  };
-  const int threads = static_cast<int>(std::clamp<int64_t>(hw, 1, std::max<int64_t>(items, 1)));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  detail::parallel_for(int64_t(a.rows) * blocks, threads, [&](int64_t i) {
+    const int row = static_cast<int>(i / blocks), h0 = static_cast<int>(i % blocks) * block_heads;
+    if (h0 < a.heads) attend_heads(spec, a, opt, row, h0, std::min(a.heads, h0 + block_heads), out, lse);
+  });
 }
 
 // Each referenced record is decoded once per call (rows often share records), then fp64 dot
