@@ -231,7 +231,9 @@ __device__ __forceinline__ void tile_product(float (&acc)[kN / 8][4], const uint
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     const int i = lane >> 3, r = lane & 7;
-#pragma unroll
+    // One k32 step at a time, so that only one step's B fragments are live: with the steps
+    // unrolled ptxas loads them all up front and spills (docs/PERF.md, Indexer logits).
+#pragma unroll 1
     for (int s = 0; s < kDim / 32; ++s) {
       // A: matrices (keys 0-7, K piece 2s), (8-15, 2s), (0-7, 2s+1), (8-15, 2s+1) of this warp.
       uint32_t a[4];
