@@ -326,16 +326,14 @@ inline Result attention(const RecordSpec& spec, const SparseMlaArgs& a, const Op
     res.element_bound.assign(pairs * kLatent, 0.0);
     res.norm_bound.assign(pairs, 0.0);
   }
-  // Work items: a row, or with fewer rows than threads a block of its heads (at least 8); each item
-  // reads its row's K rows, so rows are not split further than the threads need.
   const int threads = nvfp4mla::detail::hardware_threads();
-  const int blocks = a.rows > 0 ? std::clamp((threads + a.rows - 1) / a.rows, 1, std::max(1, a.heads / 8)) : 1;
-  const int block_heads = (a.heads + blocks - 1) / blocks;
-  nvfp4mla::detail::parallel_for(int64_t(a.rows) * blocks, threads, [&](int64_t i) {
-    const int row = static_cast<int>(i / blocks), h0 = static_cast<int>(i % blocks) * block_heads;
+  const nvfp4mla::detail::RowHeadBlocks b = nvfp4mla::detail::row_head_blocks(a.rows, a.heads, threads);
+  nvfp4mla::detail::parallel_for(b.items(a.rows), threads, [&](int64_t i) {
+    const int row = static_cast<int>(i / b.blocks), h0 = static_cast<int>(i % b.blocks) * b.block_heads;
+    if (h0 >= a.heads) return;
     detail::Scratch t;
     detail::load_row(spec, a, opt, row, t);
-    for (int h = h0; h < std::min(a.heads, h0 + block_heads); ++h) detail::attend_head(a, opt, row, h, t, res);
+    for (int h = h0; h < std::min(a.heads, h0 + b.block_heads); ++h) detail::attend_head(a, opt, row, h, t, res);
   });
   return res;
 }

@@ -46,4 +46,20 @@ inline void parallel_for(int64_t n, int threads, const std::function<void(int64_
   if (error) std::rethrow_exception(error);
 }
 
+// Work items of `rows` rows of `heads` heads each for `threads` threads: a row each, or, with fewer
+// rows than threads, `blocks` blocks of up to `block_heads` of its heads (at least 8 a block), so
+// that a few rows of many heads still use every thread without splitting rows further than that
+// (every item dequantizes its row again). Item i is row i / blocks, heads from (i % blocks) *
+// block_heads.
+struct RowHeadBlocks {
+  int blocks = 1, block_heads = 0;
+  int64_t items(int rows) const { return int64_t(rows) * blocks; }
+};
+inline RowHeadBlocks row_head_blocks(int rows, int heads, int threads) {
+  RowHeadBlocks b;
+  b.blocks = rows > 0 ? std::clamp((threads + rows - 1) / rows, 1, std::max(1, heads / 8)) : 1;
+  b.block_heads = (heads + b.blocks - 1) / b.blocks;
+  return b;
+}
+
 }  // namespace nvfp4mla::detail

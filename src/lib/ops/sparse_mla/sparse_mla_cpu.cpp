@@ -85,14 +85,11 @@ void attend_heads(const RecordSpec& spec, const SparseMlaArgs& a, const Referenc
 void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& a, float* out, float* lse,
                           const ReferenceOptions& opt) {
   validate_sparse_mla_args(spec, a);
-  // Work items: a row, or with fewer rows than threads a block of its heads (at least 8), so that a
-  // few rows of many heads still use every thread; each item dequantizes its row's entries.
   const int threads = detail::hardware_threads();
-  const int blocks = a.rows > 0 ? std::clamp((threads + a.rows - 1) / a.rows, 1, std::max(1, a.heads / 8)) : 1;
-  const int block_heads = (a.heads + blocks - 1) / blocks;
-  detail::parallel_for(int64_t(a.rows) * blocks, threads, [&](int64_t i) {
-    const int row = static_cast<int>(i / blocks), h0 = static_cast<int>(i % blocks) * block_heads;
-    if (h0 < a.heads) attend_heads(spec, a, opt, row, h0, std::min(a.heads, h0 + block_heads), out, lse);
+  const detail::RowHeadBlocks b = detail::row_head_blocks(a.rows, a.heads, threads);
+  detail::parallel_for(b.items(a.rows), threads, [&](int64_t i) {
+    const int row = static_cast<int>(i / b.blocks), h0 = static_cast<int>(i % b.blocks) * b.block_heads;
+    if (h0 < a.heads) attend_heads(spec, a, opt, row, h0, std::min(a.heads, h0 + b.block_heads), out, lse);
   });
 }
 
