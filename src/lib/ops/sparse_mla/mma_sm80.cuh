@@ -57,12 +57,6 @@ __device__ __forceinline__ void cp_async_4_zfill(void* smem, const void* gmem, i
 }
 // Fetch the 128-byte line holding `p` into L2 (no register, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-// Fetch `bytes` (a multiple of 16) from `p` into L2 with one bulk prefetch (sm_90; nothing before).
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
 // Bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared to global
 // memory by the async proxy, in this thread's bulk group (sm_90; nothing before). The writers of
 // the shared bytes fence the async proxy first; the thread waits before the memory is reused.

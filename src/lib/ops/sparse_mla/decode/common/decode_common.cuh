@@ -15,8 +15,8 @@
 // Profiling builds only (CMake NVFP4MLA_DECODE_STAGE_SKIP, default 0): the kernels leave out
 // stages to show where the time goes, and their results are garbage. Bits: 1 dequantization (not
 // in the 16-head kernels), 2 QK^T, 4 PV, 8 record copies (64- and 16-head kernels), 16 all
-// compute (sm80_h16: the copy pipeline alone), 32 the L2 prefetch of copied bf16 records
-// (sm90_ws_wide), 64 the copies of dequantized values into the peer CTA (the pairs).
+// compute (sm80_h16: the copy pipeline alone), 64 the copies of dequantized values into the peer
+// CTA (the pairs).
 #ifndef NVFP4MLA_DECODE_STAGE_SKIP
 #define NVFP4MLA_DECODE_STAGE_SKIP 0
 #endif

@@ -57,9 +57,9 @@ constexpr int kRopeSteps = kRopeDim / 16;          // 4
 constexpr int kQSteps = kLatentSteps + kRopeSteps; // 36
 constexpr int kChunks = kLatentSteps / 4;          // latent chunks of 4 k steps = one output M tile each
 constexpr int kSlabs = kLatentDim / 128;           // 4: a lane quad splits each 128-dim slab
-// The records of the warpgroup's tile after next go to L2 at the top of each tile (prefetch), so
-// that their register loads a tile later find them there.
-constexpr int kPrefetchTiles = 2, kL2LineBytes = 128;
+// The records of the warpgroup's next tile go to L2 at the top of each tile (prefetch), so that
+// their register loads, issued part by part through the tile, find them there or on their way.
+constexpr int kPrefetchTiles = 1, kL2LineBytes = 128;
 constexpr int kCore = 128;                         // bytes of an 8x8 BF16 core matrix
 constexpr int kPlannerTile = decode::kPlannerTile;
 static_assert(kTile % kPlannerTile == 0 && kTile == decode::kSm90H16Tile && kThreads == 32 * decode::kSm90H16Warps,

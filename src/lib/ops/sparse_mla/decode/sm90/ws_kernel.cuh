@@ -260,9 +260,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       // [64s, 64s + 64)) of entry t is the 128-byte row at s * kSegBytes + 128 t, its 16-byte chunk
       // j stored at chunk j ^ (t % 8). Eight lanes copy one whole line (a segment of one entry),
       // so a warp instruction reads four lines and writes four conflict-free rows. A thread copies
-      // the segments of entries t0 and t0 + 32; the first lane of each group writes their masks and
-      // bulk-prefetches their next step's records into L2. The copies arrive on the full barrier
-      // when they land; the consumers fence the async proxy after their wait.
+      // the segments of entries t0 and t0 + 32; the first lane of each group writes their masks. The
+      // copies arrive on the full barrier when they land; the consumers fence the async proxy after
+      // their wait. (A bulk L2 prefetch of the next step's records as each step's copies began made
+      // every bf16 case slower, decode and staged extend alike.)
       constexpr int kSegments = kQkDim / 64, kSegBytes = Smem::segment_bytes, kEntries = kTokens / 32;
       static_assert(kWsProducers / 8 * kEntries == kTokens && F::kRecordBytes == kQkDim * 2);
       const int j = lane % 8, t0 = 4 * (ptid / 32) + lane / 8;
@@ -286,10 +287,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         int32_t idx_after[kEntries];
 #pragma unroll
         for (int e = 0; e < kEntries; ++e) idx_after[e] = load_index(i + 2, e);
-        if (group_leader && !(kStageSkip & 32))
-#pragma unroll
-          for (int e = 0; e < kEntries; ++e)
-            if (slot_next[e] >= 0) ptx::prefetch_l2_bulk(record_of(slot_next[e]), F::kRecordBytes);
         acquire_buffer(i, b);
         if (copies) {
           uint8_t* kt = reinterpret_cast<uint8_t*>(k_buf(b));
