@@ -328,12 +328,12 @@ inline Result attention(const RecordSpec& spec, const SparseMlaArgs& a, const Op
   }
   const int threads = nvfp4mla::detail::hardware_threads();
   const nvfp4mla::detail::RowHeadBlocks b = nvfp4mla::detail::row_head_blocks(a.rows, a.heads, threads);
-  nvfp4mla::detail::parallel_for(b.items(a.rows), threads, [&](int64_t i) {
-    const int row = static_cast<int>(i / b.blocks), h0 = static_cast<int>(i % b.blocks) * b.block_heads;
-    if (h0 >= a.heads) return;
+  nvfp4mla::detail::parallel_for(b.items(), threads, [&](int64_t i) {
+    const nvfp4mla::detail::RowHeadItem w = b.item(i);
+    if (w.h0 >= w.h1) return;
     detail::Scratch t;
-    detail::load_row(spec, a, opt, row, t);
-    for (int h = h0; h < std::min(a.heads, h0 + b.block_heads); ++h) detail::attend_head(a, opt, row, h, t, res);
+    detail::load_row(spec, a, opt, w.row, t);
+    for (int h = w.h0; h < w.h1; ++h) detail::attend_head(a, opt, w.row, h, t, res);
   });
   return res;
 }

@@ -49,14 +49,23 @@ inline void parallel_for(int64_t n, int threads, const std::function<void(int64_
 // Work items of `rows` rows of `heads` heads each for `threads` threads: a row each, or, with fewer
 // rows than threads, `blocks` blocks of up to `block_heads` of its heads (at least 8 a block), so
 // that a few rows of many heads still use every thread without splitting rows further than that
-// (every item dequantizes its row again). Item i is row i / blocks, heads from (i % blocks) *
-// block_heads.
+// (every item dequantizes its row again). item(i) is row i / blocks and its heads from
+// (i % blocks) * block_heads.
+struct RowHeadItem {
+  int row, h0, h1;  // heads [h0, h1); empty when h0 >= h1
+};
 struct RowHeadBlocks {
-  int blocks = 1, block_heads = 0;
-  int64_t items(int rows) const { return int64_t(rows) * blocks; }
+  int rows = 0, heads = 0, blocks = 1, block_heads = 0;
+  int64_t items() const { return int64_t(rows) * blocks; }
+  RowHeadItem item(int64_t i) const {
+    const int h0 = static_cast<int>(i % blocks) * block_heads;
+    return {static_cast<int>(i / blocks), h0, std::min(heads, h0 + block_heads)};
+  }
 };
 inline RowHeadBlocks row_head_blocks(int rows, int heads, int threads) {
   RowHeadBlocks b;
+  b.rows = rows;
+  b.heads = heads;
   b.blocks = rows > 0 ? std::clamp((threads + rows - 1) / rows, 1, std::max(1, heads / 8)) : 1;
   b.block_heads = (heads + b.blocks - 1) / b.blocks;
   return b;

@@ -87,9 +87,9 @@ void sparse_mla_reference(const RecordSpec& spec, const SparseMlaArgs& a, float*
   validate_sparse_mla_args(spec, a);
   const int threads = detail::hardware_threads();
   const detail::RowHeadBlocks b = detail::row_head_blocks(a.rows, a.heads, threads);
-  detail::parallel_for(b.items(a.rows), threads, [&](int64_t i) {
-    const int row = static_cast<int>(i / b.blocks), h0 = static_cast<int>(i % b.blocks) * b.block_heads;
-    if (h0 < a.heads) attend_heads(spec, a, opt, row, h0, std::min(a.heads, h0 + b.block_heads), out, lse);
+  detail::parallel_for(b.items(), threads, [&](int64_t i) {
+    const detail::RowHeadItem w = b.item(i);
+    if (w.h0 < w.h1) attend_heads(spec, a, opt, w.row, w.h0, w.h1, out, lse);
   });
 }
 

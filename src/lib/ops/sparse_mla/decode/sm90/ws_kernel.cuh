@@ -262,8 +262,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       // so a warp instruction reads four lines and writes four conflict-free rows. A thread copies
       // the segments of entries t0 and t0 + 32; the first lane of each group writes their masks. The
       // copies arrive on the full barrier when they land; the consumers fence the async proxy after
-      // their wait. (A bulk L2 prefetch of the next step's records as each step's copies began made
-      // every bf16 case slower, decode and staged extend alike.)
+      // their wait. No L2 prefetch of the next step's records: it slows every bf16 case.
       constexpr int kSegments = kQkDim / 64, kSegBytes = Smem::segment_bytes, kEntries = kTokens / 32;
       static_assert(kWsProducers / 8 * kEntries == kTokens && F::kRecordBytes == kQkDim * 2);
       const int j = lane % 8, t0 = 4 * (ptid / 32) + lane / 8;
