@@ -622,9 +622,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         s[j][3] = fmaf(acc[j][3], p.scale_log2, m01.y);
       }
       float m_use[2], alpha[2];
-      softmax_rescale(s, st, o, m_use, alpha);
       uint32_t w[NT][2];
-      softmax_weights(s, st, m_use, w);
+      if constexpr (kStageSkip & 128) {  // profiling: unit weights, no softmax
+        alpha[0] = alpha[1] = 1.0f;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) w[j][0] = w[j][1] = 0x3F803F80u;
+      } else {
+        softmax_rescale(s, st, o, m_use, alpha);
+        softmax_weights(s, st, m_use, w);
+      }
       // P as the A operand of m64nNk16: two column blocks make one m16n8k16 A fragment per warp.
       uint32_t a[NT / 2][4];
 #pragma unroll
