@@ -16,7 +16,9 @@
 // stages to show where the time goes, and their results are garbage. Bits: 1 dequantization (not
 // in the 16-head kernels), 2 QK^T, 4 PV, 8 record copies (64- and 16-head kernels), 16 all
 // compute (sm80_h16: the copy pipeline alone), 64 the copies of dequantized values into the peer
-// CTA (the pairs), 128 the softmax of the 64-head kernels (unit weights).
+// CTA (the pairs), 128 the softmax of the 64-head kernels (unit weights), 256 the softmax's work
+// alone (weights |score| / 64: as varied as real ones, so the tensor cores' power stays alike),
+// 512 Q's load and 1024 the bulk stores of staged outputs (64-head kernels).
 #ifndef NVFP4MLA_DECODE_STAGE_SKIP
 #define NVFP4MLA_DECODE_STAGE_SKIP 0
 #endif

@@ -529,10 +529,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     constexpr int q_chunks = kQkDim / 8;
     static_assert(q_chunks % 2 == 0 && kWsHeads == 64);
     const uint16_t* q_rows = p.q + (static_cast<int64_t>(row) * p.heads + head0) * kQkDim;
-    for (int c = tid - 128 * kQLoader; c < kWsHeads * q_chunks; c += 128) {
-      const int h = (c >> 1) & (kWsHeads - 1), ch = 2 * (c >> 7) + (c & 1);
-      const bool here = h < heads_here;
-      ptx::cp_async_16_zfill(sQ + core_offset<kWsHeads>(h, 8 * ch), q_rows + (here ? h : 0) * kQkDim + 8 * ch, here ? 16 : 0);
+    if constexpr (!(kStageSkip & 512)) {  // profiling: Q left unloaded
+      for (int c = tid - 128 * kQLoader; c < kWsHeads * q_chunks; c += 128) {
+        const int h = (c >> 1) & (kWsHeads - 1), ch = 2 * (c >> 7) + (c & 1);
+        const bool here = h < heads_here;
+        ptx::cp_async_16_zfill(sQ + core_offset<kWsHeads>(h, 8 * ch), q_rows + (here ? h : 0) * kQkDim + 8 * ch, here ? 16 : 0);
+      }
     }
     ptx::cp_async_commit();
     ptx::cp_async_wait_all();
@@ -627,6 +629,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         alpha[0] = alpha[1] = 1.0f;
 #pragma unroll
         for (int j = 0; j < NT; ++j) w[j][0] = w[j][1] = 0x3F803F80u;
+      } else if constexpr (kStageSkip & 256) {  // profiling: varied weights |s| / 64, no softmax
+        alpha[0] = alpha[1] = 1.0f;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          w[j][0] = ptx::pack_bf16x2(fabsf(s[j][0]) * 0x1p-6f, fabsf(s[j][1]) * 0x1p-6f);
+          w[j][1] = ptx::pack_bf16x2(fabsf(s[j][2]) * 0x1p-6f, fabsf(s[j][3]) * 0x1p-6f);
+        }
       } else {
         softmax_rescale(s, st, o, m_use, alpha);
         softmax_weights(s, st, m_use, w);
@@ -734,7 +743,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       stage_outputs(output_stage, tot, o, hb, Roles::scores_dims, lane);
       wgmma::fence_proxy_async_smem();
       ptx::named_barrier_sync(kBarOutputWg, 128);  // every staged row is whole
-      if (warp == 4) send_staged_outputs(p, output_stage, row, head0, heads_here, lane);
+      if (warp == 4 && !(kStageSkip & 1024)) send_staged_outputs(p, output_stage, row, head0, heads_here, lane);
     } else {
       store_outputs(p, tot, o, row, head0, heads_here, hb, Roles::scores_dims, false, split, lane);
     }
