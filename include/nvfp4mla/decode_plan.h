@@ -71,13 +71,24 @@ struct DecodePlan {
   // planner sets it when the CTAs fit one wave of resident CTAs (decode_merges_in_kernel); a device
   // whose SMs hold fewer of the kernel's clusters at once runs the merge launch instead.
   bool merge_in_kernel = false;
+  // 0: one CTA per (row, head group). n > 0 (sm90_ws_wide over bf16 records with one split: the
+  // staged extend's plan, plan_extend_staged): n CTAs per head group, CTA y attending rows y,
+  // y + n, ... in turn, its record copies and the next row's Q load running while it finishes a
+  // row (decode_row_walk_unsupported).
+  int row_ctas = 0;
 
-  int64_t ctas(int rows) const { return static_cast<int64_t>(rows) * num_head_groups * splits; }
+  int64_t ctas(int rows) const {
+    return static_cast<int64_t>(row_ctas > 0 && row_ctas < rows ? row_ctas : rows) * num_head_groups * splits;
+  }
 };
 
 // The planner's DecodePlan::merge_in_kernel: the kernel can merge the plan's splits and its CTAs
 // for `rows` fit one wave of resident CTAs on `sm_count` SMs.
 bool plan_merges_in_kernel(const DecodePlan& plan, int rows, int sm_count);
+
+// Why `plan` cannot walk rows (DecodePlan::row_ctas > 0) for `spec`, or nothing when it can:
+// sm90_ws_wide over records it copies (bf16), one split.
+std::optional<std::string> decode_row_walk_unsupported(const DecodePlan& plan, const RecordSpec& spec);
 
 // The planner: the kernel (`kernel`, or default_decode_kernel for `automatic`; throws, naming
 // the reason, for one that cannot run the problem on `arch`), its CTA shape, and the splits

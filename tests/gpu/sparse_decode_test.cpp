@@ -424,5 +424,53 @@ TEST_P(GpuSparseDecode, SanitizerSized) {
   skip_if_none_ran();
 }
 
+// CTAs walking the rows (DecodePlan::row_ctas: sm90_ws_wide over bf16 records, the staged
+// extend's plan) give the bits of one CTA per row: the same MMAs in the same order, each row's
+// steps continuing its CTA's K-buffer ring and P hand-off from the row before. One to all of the
+// rows per CTA, single-step rows (top-k up to 64: the hand-over of P meets the row's end),
+// ragged lengths, empty rows and masked entries, head counts below and past 64 (heads padded
+// in Q's copies, several head groups); outputs poisoned, and the walk within the reference's
+// bounds. A plan that walks rows with another kernel, format or split count is refused.
+TEST(GpuSparseDecodeRowWalk, EqualsOneCtaPerRowBitForBit) {
+  NVFP4MLA_REQUIRE_GPU();
+  const ArchSpec arch = current_device_arch();
+  const RecordSpec spec = kSpecBf16;
+  if (decode_kernel_unsupported(DecodeKernel::sm90_ws_wide, arch, spec, 64)) GTEST_SKIP() << "no sm90_ws_wide here";
+  ProblemOptions opt;
+  opt.lengths = true;
+  uint64_t seed = 4100;
+  for (int heads : {16, 64, 128, 192})
+    for (int topk : {40, 64, 200, 2048})
+      for (int rows : {1, 9}) {
+        SCOPED_TRACE("heads " + std::to_string(heads) + " topk " + std::to_string(topk) + " rows " + std::to_string(rows));
+        const auto p = make_problem(spec, rows, heads, topk, seed++, opt);
+        DecodePlan plan = plan_sparse_decode(spec, rows, heads, topk, arch, 1, DecodeKernel::sm90_ws_wide);
+        ASSERT_EQ(plan.splits, 1);
+        ASSERT_EQ(plan.row_ctas, 0);
+        const GpuResult per_row = run_plan(p, plan);
+        for (int row_ctas : {1, 2, 4, rows + 3}) {
+          SCOPED_TRACE("row_ctas " + std::to_string(row_ctas));
+          plan.row_ctas = row_ctas;
+          const GpuResult walked = run_plan(p, plan);
+          EXPECT_EQ(walked.out, per_row.out);
+          EXPECT_EQ(std::memcmp(walked.lse.data(), per_row.lse.data(), walked.lse.size() * sizeof(float)), 0);
+          if (row_ctas == 2 && (topk <= 200 || heads <= 64)) EXPECT_EQ(compare(p, walked), 0);
+        }
+      }
+
+  const auto p = make_problem(spec, 4, 64, 256, 77, opt);
+  DecodePlan split = plan_sparse_decode(spec, p.rows, p.heads, p.topk, arch, 2, DecodeKernel::sm90_ws_wide);
+  ASSERT_GT(split.splits, 1);
+  split.row_ctas = 2;
+  EXPECT_THROW(run_plan(p, split), Error);
+  DecodePlan negative = plan_sparse_decode(spec, p.rows, p.heads, p.topk, arch, 1, DecodeKernel::sm90_ws_wide);
+  negative.row_ctas = -1;
+  EXPECT_THROW(run_plan(p, negative), Error);
+  const auto nvfp4 = make_problem(kAllSpecs[6], 4, 64, 256, 78, opt);
+  DecodePlan wide = plan_sparse_decode(nvfp4.spec, nvfp4.rows, nvfp4.heads, nvfp4.topk, arch, 1, DecodeKernel::sm90_ws_wide);
+  wide.row_ctas = 2;
+  EXPECT_THROW(run_plan(nvfp4, wide), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, GpuSparseDecode, ::testing::ValuesIn(all_decode_kernels()),
                          [](const ::testing::TestParamInfo<DecodeKernel>& info) { return std::string(to_string(info.param)); });

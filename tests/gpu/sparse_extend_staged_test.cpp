@@ -152,6 +152,31 @@ TEST(GpuSparseExtendStaged, SameResultsAsTheDirectExtend) {
   if (arch.wgmma) EXPECT_GE(bit_exact, 12);
 }
 
+// With more heads than one group (sm_90a), the plan's CTAs walk the rows (DecodePlan::row_ctas),
+// each taking several here; at 64 heads one CTA per row, whose outputs equal the direct extend's
+// bit for bit (the same 64-entry kernel). Both within the reference's bounds for NVFP4 records.
+TEST(GpuSparseExtendStaged, RowsWalkedByEachCta) {
+  NVFP4MLA_REQUIRE_GPU();
+  const ArchSpec arch = current_device_arch();
+  ProblemOptions opt;
+  opt.lengths = true;
+  const int rows = 2 * arch.sm_count + 7;
+  for (int heads : {64, 128}) {
+    SCOPED_TRACE("heads " + std::to_string(heads));
+    const auto p = make_problem(kAllSpecs[6], rows, heads, 128, 960 + heads, opt);
+    const DecodePlan staged_plan = cuda::plan_extend_staged(p.rows, heads, p.topk, arch);
+    if (arch.wgmma) {
+      ASSERT_EQ(staged_plan.kernel, DecodeKernel::sm90_ws_wide);
+      EXPECT_EQ(staged_plan.row_ctas, heads > 64 ? arch.sm_count / staged_plan.num_head_groups : 0);
+      if (heads > 64) EXPECT_LT(staged_plan.ctas(rows), int64_t(rows) * staged_plan.num_head_groups);
+    }
+    const Outputs staged = run_extend(p, true);
+    const DecodePlan direct_plan = plan_sparse_decode(p.spec, p.rows, heads, p.topk, arch, 1);
+    if (heads == 64 && direct_plan.kernel == staged_plan.kernel) EXPECT_EQ(staged.out, run_extend(p, false).out);
+    EXPECT_EQ(nvfp4mla::testing::compare_plan_with_reference(p.spec, p.host_args(), staged_plan, staged.out, staged.lse).failures, 0);
+  }
+}
+
 TEST(GpuSparseExtendStaged, NothingAttendedAndNoRows) {
   NVFP4MLA_REQUIRE_GPU();
   auto p = make_problem(kAllSpecs[6], 3, 64, 128, 12);

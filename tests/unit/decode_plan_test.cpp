@@ -403,3 +403,32 @@ TEST(DecodePlan, SplitsStayWithinTheMergeLimit) {
   EXPECT_LE(decode::kMaxSplits, 65535);
   EXPECT_GE(int64_t(p.splits) * p.tiles_per_split, p.num_tiles);
 }
+
+// Walking rows (DecodePlan::row_ctas > 0) is sm90_ws_wide over bf16 records with one split only;
+// the CTA count of such a plan is row_ctas per head group (or the rows, when fewer).
+TEST(DecodePlan, OnlyTheBf16WideKernelWithOneSplitWalksRows) {
+  DecodePlan bf16 = plan_sparse_decode(kSpecBf16, 500, 128, 2048, kH200, 1);
+  ASSERT_EQ(bf16.kernel, DecodeKernel::sm90_ws_wide);
+  EXPECT_EQ(bf16.row_ctas, 0);  // the decode planner never walks rows; the staged extend's does
+  EXPECT_FALSE(decode_row_walk_unsupported(bf16, kSpecBf16));
+  EXPECT_EQ(bf16.ctas(500), 1000);
+  bf16.row_ctas = 66;
+  EXPECT_FALSE(decode_row_walk_unsupported(bf16, kSpecBf16));
+  EXPECT_EQ(bf16.ctas(500), 132);
+  EXPECT_EQ(bf16.ctas(40), 80);  // fewer rows than row_ctas: one CTA per row
+  bf16.row_ctas = -1;
+  EXPECT_TRUE(decode_row_walk_unsupported(bf16, kSpecBf16));
+
+  DecodePlan split = plan_sparse_decode(kSpecBf16, 3, 64, 2048, kH200, 4);
+  ASSERT_GT(split.splits, 1);
+  split.row_ctas = 2;
+  EXPECT_TRUE(decode_row_walk_unsupported(split, kSpecBf16));
+  for (const RecordSpec& spec : kAllRecordSpecs)
+    for (DecodeKernel k : all_decode_kernels()) {
+      if (decode_kernel_unsupported(k, kH200, spec, 128)) continue;
+      DecodePlan plan = plan_sparse_decode(spec, 8, 128, 512, kH200, 1, k);
+      plan.row_ctas = 4;
+      const bool walks = k == DecodeKernel::sm90_ws_wide && spec.dtype == CacheDtype::bf16;
+      EXPECT_EQ(!decode_row_walk_unsupported(plan, spec), walks) << to_string(k) << " " << to_string(spec);
+    }
+}

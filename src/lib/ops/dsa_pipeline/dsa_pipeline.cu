@@ -24,7 +24,7 @@ constexpr const char* kOp = "dsa decode";
 bool same_decode_plan(const DecodePlan& p, const DecodePlan& e) {
   return p.head_group == e.head_group && p.num_head_groups == e.num_head_groups && p.warps == e.warps &&
          p.tile_tokens == e.tile_tokens && p.stages == e.stages && p.num_tiles == e.num_tiles && p.splits == e.splits &&
-         p.tiles_per_split == e.tiles_per_split;
+         p.tiles_per_split == e.tiles_per_split && p.row_ctas == e.row_ctas;
 }
 
 }  // namespace

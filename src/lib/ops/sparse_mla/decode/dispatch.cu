@@ -36,6 +36,13 @@ bool run_kernel(DecodeKernel kernel, const DecodePlan& plan, const DecodeParams&
       break;
     case DecodeKernel::sm90_ws: return launch_decode_ws<F, false, decode::kWsTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_wide:
+      if (plan.row_ctas > 0) {
+        if constexpr (decode::ws_wide_copies(F::spec)) {
+          launch_decode_ws_rows<F>(p, rows, groups, plan.row_ctas, stream);
+          return false;
+        }
+        break;
+      }
       return launch_decode_ws<F, false, decode::kWsWideTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_pair: return launch_decode_ws<F, true, decode::kWsTile>(p, rows, groups, stream);
     case DecodeKernel::sm90_ws_pair_wide:
@@ -92,6 +99,7 @@ bool sparse_decode(const RecordSpec& spec, const SparseMlaArgs& a, const DecodeP
       static_cast<int64_t>(plan.splits) * plan.tiles_per_split < plan.num_tiles ||
       (shape.max_split_entries > 0 && int64_t(plan.tiles_per_split) * plan.tile_tokens > shape.max_split_entries))
     throw Error("sparse decode: the plan does not match rows/heads/topk; build it with plan_sparse_decode");
+  if (const auto why = decode_row_walk_unsupported(plan, spec)) throw Error("sparse decode: the plan's row_ctas: " + *why);
   if (plan.merge_in_kernel && !decode_merges_in_kernel(plan.kernel, plan.splits))
     throw Error(std::string("sparse decode: ") + to_string(plan.kernel) + " cannot merge " + std::to_string(plan.splits) +
                 " splits inside its launch; build the plan with plan_sparse_decode");

@@ -62,6 +62,15 @@ bool plan_merges_in_kernel(const DecodePlan& plan, int rows, int sm_count) {
          plan.ctas(rows) <= static_cast<int64_t>(sm_count) * plan.ctas_per_sm;
 }
 
+std::optional<std::string> decode_row_walk_unsupported(const DecodePlan& plan, const RecordSpec& spec) {
+  if (plan.row_ctas < 0) return std::string("must not be negative");
+  if (plan.row_ctas == 0) return std::nullopt;
+  if (plan.kernel != DecodeKernel::sm90_ws_wide || !decode::ws_wide_copies(spec))
+    return std::string("only sm90_ws_wide over bf16 records walks rows");
+  if (plan.splits != 1 || plan.merge_in_kernel) return std::string("walking rows needs one split per row");
+  return std::nullopt;
+}
+
 bool decode_rounds_k_to_bf16(DecodeKernel k) { return k != DecodeKernel::sm80_h16 && k != DecodeKernel::sm90_h16; }
 bool decode_weights_are_bf16(DecodeKernel k) { return k != DecodeKernel::sm80_h16; }
 

@@ -47,6 +47,7 @@ struct DecodeParams {
   void* part_out;       // [rows, heads, splits, 512] when splits > 1: fp32, or BF16 with partials_bf16
   float* part_lse;      // [rows, heads, splits] (base 2)
   bool partials_bf16;   // DecodePlan::partial_bytes == 2
+  int rows;             // rows of this launch (the row-walking kernel's bound)
 };
 
 // A decode launch's grid: x = head group, y = row, z = split. A row's head groups are
@@ -275,17 +276,23 @@ constexpr int kOutputStageRowBytes = kLatentDim * 2 + 16;
 __device__ __forceinline__ bool stages_outputs(const DecodeParams& p) {
   return p.splits == 1 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
 }
-// This thread's normalized outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)) into `stage`.
-template <int NT_O>
-__device__ __forceinline__ void stage_outputs(uint8_t* stage, const RowTotals& tot, const float (&o)[NT_O][4], int hb, int dim0, int lane) {
+// This thread's normalized outputs (heads hb*16 + g and + 8, dims [dim0, +8*NT_O)) into the staged
+// rows: head h's row starts at row_of(h).
+template <int NT_O, class RowOf>
+__device__ __forceinline__ void stage_outputs_at(RowOf row_of, const RowTotals& tot, const float (&o)[NT_O][4], int hb, int dim0, int lane) {
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    uint8_t* dst = stage + (hb * 16 + g + 8 * r) * kOutputStageRowBytes + 2 * (dim0 + 2 * t4);
+    uint8_t* dst = row_of(hb * 16 + g + 8 * r) + 2 * (dim0 + 2 * t4);
 #pragma unroll
     for (int n = 0; n < NT_O; ++n)
       *reinterpret_cast<uint32_t*>(dst + 16 * n) = ptx::pack_bf16x2(o[n][2 * r] * tot.inv[r], o[n][2 * r + 1] * tot.inv[r]);
   }
+}
+// ... into rows of kOutputStageRowBytes from `stage` on.
+template <int NT_O>
+__device__ __forceinline__ void stage_outputs(uint8_t* stage, const RowTotals& tot, const float (&o)[NT_O][4], int hb, int dim0, int lane) {
+  stage_outputs_at([stage](int h) { return stage + h * kOutputStageRowBytes; }, tot, o, hb, dim0, lane);
 }
 // One warp sends the staged rows of the row's heads [head0, head0 + heads_here) to p.out and waits
 // until they have been read out of shared memory.

@@ -20,6 +20,10 @@ void launch_decode_h16(const DecodeParams& p, int rows, int head_groups, cudaStr
 // grid resident on this device at once).
 template <class F, bool kPair, int kTile>
 bool launch_decode_ws(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);
+// sm90/ws_kernel.cuh: DecodeKernel::sm90_ws_wide over the records it copies (bf16) with
+// DecodePlan::row_ctas > 0 (one split): row_ctas CTAs per head group, each walking its rows.
+template <class F>
+void launch_decode_ws_rows(const DecodeParams& p, int rows, int head_groups, int row_ctas, cudaStream_t stream);
 // sm90/h16_kernel.cuh: DecodeKernel::sm90_h16 (NVFP4 formats).
 template <class F>
 void launch_decode_h16_sm90(const DecodeParams& p, int rows, int head_groups, cudaStream_t stream);

@@ -50,6 +50,7 @@ __device__ __forceinline__ int linear_cta() {
 struct StepTrace {
   long long* rec = nullptr;  // this thread's record, or null
   long long start = 0;
+  int first_step = 0;  // the first of the kSteps steps recorded
 
   // `role`: index into the launcher's role names; `first_of_role`: the thread that records. The
   // traced CTAs are the first head group's and split's of the first, middle and last row.
@@ -78,7 +79,8 @@ struct StepTrace {
   }
   __device__ __forceinline__ void mark(int step, int m) {
     if constexpr (kDecodeTrace)
-      if (rec != nullptr && step < step_trace::kSteps) rec[1 + step * step_trace::kMarks + m] = clock64() - start;
+      if (rec != nullptr && static_cast<unsigned>(step - first_step) < step_trace::kSteps)
+        rec[1 + (step - first_step) * step_trace::kMarks + m] = clock64() - start;
   }
   __device__ void finish(int steps) {
     if constexpr (kDecodeTrace)

@@ -36,6 +36,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -159,10 +160,18 @@ struct WsSmem {
                 "the planner's bytes (kernel_shapes.h)");
 };
 
-template <class F, bool kPair, int kTile>
+// kRowWalk (DecodePlan::row_ctas; bf16 records, one split): CTA y of a head group attends rows
+// y, y + gridDim.y, ... < p.rows. Its steps run on across rows: the producers' K-buffer ring and
+// the consumers' P hand-off continue from one row's last step to the next row's first, so the
+// next row's first records are copied while this one ends. Q's buffer takes the next row's Q as
+// soon as the last score MMAs of a row are done (the output warpgroup copies it while the scores
+// warpgroup runs the row's last softmax), and a row's outputs are staged in its last step's K
+// buffer instead (row_stage below).
+template <class F, bool kPair, int kTile, bool kRowWalk = false>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F, kPair, kTile>;
+  static_assert(!kRowWalk || (Smem::copies_records && !kPair), "rows are walked over copied records by single CTAs");
   using Roles = WsRoles<kTile, kPair>;
   StepTrace::cta_begin();
   constexpr int kStages = Smem::stages, kIdxRing = 2 * kStages + 1, kTokens = Smem::tokens_per_cta;
@@ -182,6 +191,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   auto remote_full_bar = [&](int b) { return bar0 + 8 * (kWsKBufs + b); };  // the peer's half of buffer b arrived
   auto empty_bar = [&](int b) { return bar0 + 8 * (2 * kWsKBufs + b); };    // every consumer of the row left b
   const uint32_t p_full_bar = bar0 + 8 * (3 * kWsKBufs), p_empty_bar = p_full_bar + 8;
+  // Walking rows (single CTAs: no remote-full barriers in use), those two hand Q's buffer over:
+  // q_full completes when a row's Q has landed, q_empty when the row's last score MMAs are done.
+  const uint32_t q_full_bar = remote_full_bar(0), q_empty_bar = remote_full_bar(1);
 
   // Single CTAs take the decode grid (decode_grid); a pair's two head groups are a cluster along y.
   const CtaWork work = kPair ? CtaWork{static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y) * kWsHeads, static_cast<int>(blockIdx.z)}
@@ -202,6 +214,31 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int tile_begin = split * p.tiles_per_split;
   const int tile_end = min(p.num_tiles, tile_begin + p.tiles_per_split);
   const int num_steps = (tile_end - tile_begin + kStepTiles - 1) / kStepTiles;
+  // The CTA's rows (one unless kRowWalk): row_at(k) for k < cta_rows; its steps, one row's after
+  // another, are numbered 0 .. total_steps - 1 (gs below).
+  const int cta_rows = kRowWalk ? (row < p.rows ? (p.rows - 1 - row) / static_cast<int>(gridDim.y) + 1 : 0) : 1;
+  const int total_steps = cta_rows * num_steps;
+  auto row_at = [&](int k) { return kRowWalk ? row + k * static_cast<int>(gridDim.y) : row; };
+  // Profiling builds record steps from here on: walking rows, the last 8 of the CTA's first row
+  // and the start of its second.
+  const int trace_first_step = kRowWalk && cta_rows > 1 ? max(num_steps - 8, 0) : 0;
+  // Every 16-byte piece of row r's Q (this CTA's heads) into Q's buffer by cp.async, by `threads`
+  // threads from index `first` on (zero-filled past the row's heads), none waited for here. A warp
+  // copies two neighbouring pieces (one 32-byte sector) of each of 16 heads: 16 consecutive
+  // core-matrix rows per piece, so its shared-memory writes are conflict-free (32 pieces of one
+  // head would all fall in the same four banks, 1 KB apart).
+  auto copy_q = [&](int r, int first, int threads) {
+    constexpr int q_chunks = kQkDim / 8;
+    static_assert(q_chunks % 2 == 0 && kWsHeads == 64);
+    const uint16_t* q_rows = p.q + (static_cast<int64_t>(r) * p.heads + head0) * kQkDim;
+    if constexpr (!(kStageSkip & 512)) {  // profiling: Q left unloaded
+      for (int c = first; c < kWsHeads * q_chunks; c += threads) {
+        const int h = (c >> 1) & (kWsHeads - 1), ch = 2 * (c >> 7) + (c & 1);
+        const bool here = h < heads_here;
+        ptx::cp_async_16_zfill(sQ + core_offset<kWsHeads>(h, 8 * ch), q_rows + (here ? h : 0) * kQkDim + 8 * ch, here ? 16 : 0);
+      }
+    }
+  };
   auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
   const bool dequant = !(kStageSkip & 1);
 
@@ -209,7 +246,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (tid == 0) {
     for (int b = 0; b < kWsKBufs; ++b) {
       mbarrier::init(full_bar(b), Smem::full_arrivals);  // this CTA's producers
-      mbarrier::init(remote_full_bar(b), 1);       // this CTA's expect-tx arrival (+ the peer's bytes)
+      // This CTA's expect-tx arrival (+ the peer's bytes); walking rows, Q's hand-over: every
+      // producer thread's copies (q_full) or every thread of the scores warpgroup (q_empty).
+      mbarrier::init(remote_full_bar(b), !kRowWalk ? 1 : b == 0 ? kWsProducers : 128);
       mbarrier::init(empty_bar(b), 8 * kCtas);     // one lane per consumer warp of each CTA
     }
     mbarrier::init(p_full_bar, 128);  // every thread of the scores warpgroup
@@ -229,6 +268,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // Trace marks (profiling builds): 0 buffer wait begins, 1 buffer free, 2 buffer published.
     StepTrace trace(0, ptid == 0, row, grid_rows, head0 == 0 && split == 0);
+    if constexpr (kRowWalk) trace.first_step = trace_first_step;
     // The start of buffer b's use: its consumers (both CTAs') have left it; a pair's CTA then
     // expects the peer's half of the tile on its remote-full barrier.
     auto acquire_buffer = [&](int i, int b) {
@@ -267,25 +307,59 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       static_assert(kWsProducers / 8 * kEntries == kTokens && F::kRecordBytes == kQkDim * 2);
       const int j = lane % 8, t0 = 4 * (ptid / 32) + lane / 8;
       const bool group_leader = j == 0;
-      const int len_here = min(len, tile_end * kWsTile);
-      const int32_t* row_indices = p.indices + static_cast<int64_t>(row) * p.topk;
-      auto pos_of = [&](int i, int e) { return (tile_begin + i * kStepTiles) * kWsTile + t0 + 32 * e; };
-      auto load_index = [&](int i, int e) {
-        return i < num_steps && pos_of(i, e) < len_here ? __ldg(row_indices + pos_of(i, e)) : -1;
+      // Step gs of the CTA: its row, the step within the row, the row's length within the split
+      // (past the last step: none, so nothing is read).
+      struct Step {
+        int row, i, len;
       };
-      auto slot_at = [&](int i, int e, int32_t idx) { return i < num_steps ? slot_of_index(p, len_here, pos_of(i, e), idx) : -1; };
+      const int len_here = min(len, tile_end * kWsTile);
+      auto step_of = [&](int gs) {
+        if constexpr (kRowWalk) {
+          if (gs >= total_steps) return Step{0, 0, 0};
+          const int k = gs / num_steps, r = row_at(k);
+          return Step{r, gs - k * num_steps, min(row_length(p, r), tile_end * kWsTile)};
+        } else {
+          return Step{row, gs, gs < num_steps ? len_here : 0};
+        }
+      };
+      auto pos_of = [&](const Step& s, int e) { return (tile_begin + s.i * kStepTiles) * kWsTile + t0 + 32 * e; };
+      auto load_index = [&](const Step& s, int e) {
+        return pos_of(s, e) < s.len ? __ldg(p.indices + static_cast<int64_t>(s.row) * p.topk + pos_of(s, e)) : -1;
+      };
+      auto slot_at = [&](const Step& s, int e, int32_t idx) { return s.len > 0 ? slot_of_index(p, s.len, pos_of(s, e), idx) : -1; };
       auto record_of = [&](int32_t slot) { return p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes; };
+      // Walking rows, the producers copy each row's Q: the first row's before any record, row k's
+      // once the scores warpgroup's last score MMAs of row k - 1 are done, before the buffer of
+      // row k's second step (its first when rows have one step). The copies complete q_full's
+      // phase k. (Issued by the output warpgroup instead, they held its last output MMAs of the
+      // row back behind the producers' copies.)
+      auto issue_q = [&](int k) {
+        if (k > 0) mbarrier::wait(q_empty_bar, (k - 1) & 1);
+        copy_q(row_at(k), ptid, kWsProducers);
+        mbarrier::arrive_on_async_copies(q_full_bar);
+      };
+      const int q_step_in_row = num_steps > 1 ? 1 : 0;
+      if constexpr (kRowWalk)
+        if (total_steps > 0) issue_q(0);
       int32_t slot[kEntries], slot_next[kEntries];
+      {
+        const Step s0 = step_of(0), s1 = step_of(1);
 #pragma unroll
-      for (int e = 0; e < kEntries; ++e) {
-        slot[e] = slot_at(0, e, load_index(0, e));
-        slot_next[e] = slot_at(1, e, load_index(1, e));
+        for (int e = 0; e < kEntries; ++e) {
+          slot[e] = slot_at(s0, e, load_index(s0, e));
+          slot_next[e] = slot_at(s1, e, load_index(s1, e));
+        }
       }
-      for (int i = 0; i < num_steps; ++i) {
+      for (int i = 0; i < total_steps; ++i) {
         const int b = i % kWsKBufs;
+        const Step after = step_of(i + 2);
         int32_t idx_after[kEntries];
 #pragma unroll
-        for (int e = 0; e < kEntries; ++e) idx_after[e] = load_index(i + 2, e);
+        for (int e = 0; e < kEntries; ++e) idx_after[e] = load_index(after, e);
+        if constexpr (kRowWalk) {
+          const int k = i / num_steps;
+          if (k > 0 && i - k * num_steps == q_step_in_row) issue_q(k);
+        }
         acquire_buffer(i, b);
         if (copies) {
           uint8_t* kt = reinterpret_cast<uint8_t*>(k_buf(b));
@@ -309,7 +383,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
 #pragma unroll
         for (int e = 0; e < kEntries; ++e) {
           slot[e] = slot_next[e];
-          slot_next[e] = slot_at(i + 2, e, idx_after[e]);
+          slot_next[e] = slot_at(after, e, idx_after[e]);
         }
       }
       ptx::cp_async_wait_all();  // nothing of this thread's is in flight when it exits
@@ -511,35 +585,52 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         issue_group(tile + kStages);
       }
     }
-    trace.finish(num_steps);
+    trace.finish(total_steps);
     if (p.merge_in_kernel) grid_barrier();  // the consumers merge
   } else {
   // ---- consumer warpgroups ----
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
   // Q is loaded by the consumer warpgroup with the larger register budget (after its setmaxnreg)
   // while the producers gather the first records: the CTA's start waits for the longer of the
-  // two, not for both in turn. The other consumer waits for it at the same named barrier.
+  // two, not for both in turn. The other consumer waits for it at the same named barrier. Every
+  // piece goes out before any is waited for: the start pays one memory latency for Q, not one per
+  // piece. (Walking rows, the producers load every row's Q: copy_q.)
   constexpr int kQLoader = Roles::output > Roles::scores ? 1 : 0;
-  // Every 16-byte piece of Q goes out by cp.async before any is waited for (zero-filled past the
-  // row's heads): the CTA's start pays one memory latency for Q, not one per piece. A warp copies
-  // two neighbouring pieces (one 32-byte sector) of each of 16 heads: 16 consecutive core-matrix
-  // rows per piece, so its shared-memory writes are conflict-free (32 pieces of one head would
-  // all fall in the same four banks, 1 KB apart).
   auto load_q = [&] {
-    constexpr int q_chunks = kQkDim / 8;
-    static_assert(q_chunks % 2 == 0 && kWsHeads == 64);
-    const uint16_t* q_rows = p.q + (static_cast<int64_t>(row) * p.heads + head0) * kQkDim;
-    if constexpr (!(kStageSkip & 512)) {  // profiling: Q left unloaded
-      for (int c = tid - 128 * kQLoader; c < kWsHeads * q_chunks; c += 128) {
-        const int h = (c >> 1) & (kWsHeads - 1), ch = 2 * (c >> 7) + (c & 1);
-        const bool here = h < heads_here;
-        ptx::cp_async_16_zfill(sQ + core_offset<kWsHeads>(h, 8 * ch), q_rows + (here ? h : 0) * kQkDim + 8 * ch, here ? 16 : 0);
-      }
-    }
+    copy_q(row, tid - 128 * kQLoader, 128);
     ptx::cp_async_commit();
     ptx::cp_async_wait_all();
     wgmma::fence_proxy_async_smem();
     ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);
+  };
+  // Walking rows, a row's outputs are staged in its last step's K buffer (Q's buffer holds the
+  // next row's Q by then): the scores warpgroup's dims [0, 128) in the parts that only its own
+  // MMAs read (dim segments 0-1 and the RoPE segment 8), free once its last output MMAs are done;
+  // the output warpgroup's dims [128, 512) in segments 2-7 and the rest of 8 after its own. Rows
+  // are padded by 16 bytes (the eight heads of a warp's store fall in different banks).
+  constexpr uint32_t kScoresStageRow = 2 * Roles::scores_dims + 16, kOutputStageRow = 2 * Roles::output_dims + 16;
+  constexpr int kScoresRowsLow = 48, kOutputRowsLow = 60;  // rows before the RoPE segment's
+  constexpr uint32_t kStageSeg = Smem::segment_bytes;
+  auto scores_stage_row = [](int h) {
+    return h < kScoresRowsLow ? h * kScoresStageRow : 8 * kStageSeg + (h - kScoresRowsLow) * kScoresStageRow;
+  };
+  auto output_stage_row = [](int h) {
+    return h < kOutputRowsLow ? 2 * kStageSeg + h * kOutputStageRow
+                              : 8 * kStageSeg + (kWsHeads - kScoresRowsLow) * kScoresStageRow + (h - kOutputRowsLow) * kOutputStageRow;
+  };
+  static_assert(!kRowWalk || (Roles::scores_dims == 128 && kQkDim == 9 * 64 &&
+                              kScoresRowsLow * kScoresStageRow <= 2 * kStageSeg &&
+                              2 * kStageSeg + kOutputRowsLow * kOutputStageRow <= 8 * kStageSeg &&
+                              8 * kStageSeg + (kWsHeads - kScoresRowsLow) * kScoresStageRow +
+                                      (kWsHeads - kOutputRowsLow) * kOutputStageRow <= Smem::k_buf_bytes &&
+                              kScoresStageRow % 16 == 0 && kOutputStageRow % 16 == 0),
+                "the staged rows fit the free parts of a K buffer, 16-byte aligned");
+  // One warp of the output warpgroup sends dims [dim0, dim0 + dims) of row r's staged outputs
+  // (head h's from stage + row_of(h)) by bulk copies, in its current bulk group.
+  auto send_row_part = [&](int r, const uint8_t* stage, int dim0, int dims, auto row_of) {
+    for (int h = lane; h < heads_here; h += 32)
+      ptx::bulk_store_global(p.out + (static_cast<int64_t>(r) * p.heads + head0 + h) * kLatentDim + dim0,
+                             ptx::smem_addr(stage + row_of(h)), 2 * dims);
   };
   constexpr int NT = kTile / 8;       // score column blocks per tile
   // Output accumulators: each branch declares and zeroes its own after setmaxnreg (registers
@@ -589,164 +680,234 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     // Trace marks (profiling builds), from before Q is in place: 0 K wait begins, 1 K ready,
     // 2 scores done, 3 weights done, 4 P slot free, 5 own output MMAs done.
     StepTrace trace(1, tid == 0, row, grid_rows, head0 == 0 && split == 0);
-    if constexpr (kQLoader == 0) load_q();
-    else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);  // Q is in place
-    float o[Roles::scores_dims / 8][4];
-    zero_blocks(o);
-    SoftmaxState st;
+    if constexpr (kRowWalk) trace.first_step = trace_first_step;
+    if constexpr (!kRowWalk) {
+      if constexpr (kQLoader == 0) load_q();
+      else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);  // Q is in place
+    }
     const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
     const uint64_t k_desc0 = k_desc_at(ptx::smem_addr(k_buf(0))), v_desc0 = v_desc(0);
-    for (int i = 0; i < num_steps; ++i) {
-      const int b = i % kWsKBufs;
-      trace.mark(i, 0);
-      wait_k_tile(b, i / kWsKBufs);
-      trace.mark(i, 1);
-      const uint64_t k_desc = wgmma::desc_advance(k_desc0, b * kKBufBytes), vd = wgmma::desc_advance(v_desc0, b * kKBufBytes);
-      float acc[NT][4];
-      wgmma::fence();
-      if (!(kStageSkip & 2))
-#pragma unroll
-        for (int kk = 0; kk < kQkDim / 16; ++kk)
-          wgmma::m64nk16_ss<NT>(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
-                                wgmma::desc_advance(k_desc, k_dims_offset(kk)), kk > 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      trace.mark(i, 2);
-      // Scaled logits; masked entries (zero K rows) get -inf from the additive mask.
-      float s[NT][4];
-      const float* mask = sMask + b * kTile;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const float2 m01 = *reinterpret_cast<const float2*>(mask + j * 8 + 2 * t4);
-        s[j][0] = fmaf(acc[j][0], p.scale_log2, m01.x);
-        s[j][1] = fmaf(acc[j][1], p.scale_log2, m01.y);
-        s[j][2] = fmaf(acc[j][2], p.scale_log2, m01.x);
-        s[j][3] = fmaf(acc[j][3], p.scale_log2, m01.y);
+    int gs = 0;  // the CTA's step
+    for (int k = 0; k < cta_rows; ++k) {
+      const int row_k = row_at(k);
+      const bool next_row = k + 1 < cta_rows;
+      if constexpr (kRowWalk) {
+        mbarrier::wait(q_full_bar, k & 1);
+        wgmma::fence_proxy_async_smem();  // Q was written by cp.async; the tensor cores read it
       }
-      float m_use[2], alpha[2];
-      uint32_t w[NT][2];
-      if constexpr (kStageSkip & 128) {  // profiling: unit weights, no softmax
-        alpha[0] = alpha[1] = 1.0f;
+      float o[Roles::scores_dims / 8][4];
+      zero_blocks(o);
+      SoftmaxState st;
+      RowTotals tot{};
+      for (int i = 0; i < num_steps; ++i, ++gs) {
+        const int b = gs % kWsKBufs;
+        const bool last_step = i + 1 == num_steps;
+        trace.mark(gs, 0);
+        wait_k_tile(b, gs / kWsKBufs);
+        trace.mark(gs, 1);
+        const uint64_t k_desc = wgmma::desc_advance(k_desc0, b * kKBufBytes), vd = wgmma::desc_advance(v_desc0, b * kKBufBytes);
+        float acc[NT][4];
+        wgmma::fence();
+        if (!(kStageSkip & 2))
 #pragma unroll
-        for (int j = 0; j < NT; ++j) w[j][0] = w[j][1] = 0x3F803F80u;
-      } else if constexpr (kStageSkip & 256) {  // profiling: varied weights |s| / 64, no softmax
-        alpha[0] = alpha[1] = 1.0f;
+          for (int kk = 0; kk < kQkDim / 16; ++kk)
+            wgmma::m64nk16_ss<NT>(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
+                                  wgmma::desc_advance(k_desc, k_dims_offset(kk)), kk > 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        trace.mark(gs, 2);
+        if constexpr (kRowWalk)
+          if (last_step && next_row) mbarrier::arrive(q_empty_bar);  // the next row's Q may land
+        // Scaled logits; masked entries (zero K rows) get -inf from the additive mask.
+        float s[NT][4];
+        const float* mask = sMask + b * kTile;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          w[j][0] = ptx::pack_bf16x2(fabsf(s[j][0]) * 0x1p-6f, fabsf(s[j][1]) * 0x1p-6f);
-          w[j][1] = ptx::pack_bf16x2(fabsf(s[j][2]) * 0x1p-6f, fabsf(s[j][3]) * 0x1p-6f);
+          const float2 m01 = *reinterpret_cast<const float2*>(mask + j * 8 + 2 * t4);
+          s[j][0] = fmaf(acc[j][0], p.scale_log2, m01.x);
+          s[j][1] = fmaf(acc[j][1], p.scale_log2, m01.y);
+          s[j][2] = fmaf(acc[j][2], p.scale_log2, m01.x);
+          s[j][3] = fmaf(acc[j][3], p.scale_log2, m01.y);
         }
+        float m_use[2], alpha[2];
+        uint32_t w[NT][2];
+        if constexpr (kStageSkip & 128) {  // profiling: unit weights, no softmax
+          alpha[0] = alpha[1] = 1.0f;
+#pragma unroll
+          for (int j = 0; j < NT; ++j) w[j][0] = w[j][1] = 0x3F803F80u;
+        } else if constexpr (kStageSkip & 256) {  // profiling: varied weights |s| / 64, no softmax
+          alpha[0] = alpha[1] = 1.0f;
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            w[j][0] = ptx::pack_bf16x2(fabsf(s[j][0]) * 0x1p-6f, fabsf(s[j][1]) * 0x1p-6f);
+            w[j][1] = ptx::pack_bf16x2(fabsf(s[j][2]) * 0x1p-6f, fabsf(s[j][3]) * 0x1p-6f);
+          }
+        } else {
+          softmax_rescale(s, st, o, m_use, alpha);
+          softmax_weights(s, st, m_use, w);
+        }
+        // P as the A operand of m64nNk16: two column blocks make one m16n8k16 A fragment per warp.
+        uint32_t a[NT / 2][4];
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk) {
+          a[kk][0] = w[2 * kk][0];
+          a[kk][1] = w[2 * kk][1];
+          a[kk][2] = w[2 * kk + 1][0];
+          a[kk][3] = w[2 * kk + 1][1];
+        }
+        // Hand P and the rescale factors to the output warpgroup once it has read the last ones
+        // (walking rows, with a row's last P its normalizers too).
+        trace.mark(gs, 3);
+        if (gs > 0) mbarrier::wait(p_empty_bar, (gs - 1) & 1);
+        trace.mark(gs, 4);
+        const int h0 = hb * 16 + g;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0, 8 * j + 2 * t4)) = w[j][0];
+          *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0 + 8, 8 * j + 2 * t4)) = w[j][1];
+        }
+        if (t4 == 0) {
+          sAlpha[h0] = alpha[0];
+          sAlpha[h0 + 8] = alpha[1];
+        }
+        if constexpr (kRowWalk)
+          if (last_step) {
+            tot = row_totals(st);
+            if (t4 == 0) {
+              sInv[h0] = tot.inv[0];
+              sInv[h0 + 8] = tot.inv[1];
+            }
+          }
+        wgmma::fence_proxy_async_smem();  // P is read by the tensor cores
+        mbarrier::arrive(p_full_bar);
+        wgmma::fence();
+        if (!(kStageSkip & 4))
+#pragma unroll
+          for (int kk = 0; kk < NT / 2; ++kk)  // tokens 16kk..16kk+15: two 8-row core-matrix groups, 16 bytes a row
+            pv_chunks_rs(o, a[kk], wgmma::desc_advance(vd, kk * kV16Entries), kVChunk);
+        wgmma::commit();
+        wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
+        trace.mark(gs, 5);
+        if (!kRowWalk || !last_step) release_k_tile(b);
+      }
+      if constexpr (kRowWalk) {
+        // This warpgroup's dims into the last step's K buffer, which it leaves; the output
+        // warpgroup sends the row (its warps' releases keep the producers out until then).
+        const int b = (gs - 1) % kWsKBufs;
+        uint8_t* stage = reinterpret_cast<uint8_t*>(k_buf(b));
+        stage_outputs_at([&](int h) { return stage + scores_stage_row(h); }, tot, o, hb, 0, lane);
+        wgmma::fence_proxy_async_smem();  // read by the bulk copies
+        ptx::named_barrier_arrive(kBarConsumers, kWsConsumers);
+        release_k_tile(b);
+        store_lse(p, tot, row_k, head0, heads_here, hb, lane);
       } else {
-        softmax_rescale(s, st, o, m_use, alpha);
-        softmax_weights(s, st, m_use, w);
+        tot = row_totals(st);
+        if (t4 == 0) {
+          sInv[hb * 16 + g] = tot.inv[0];
+          sInv[hb * 16 + g + 8] = tot.inv[1];
+        }
+        if (stages_outputs(p)) {
+          // Q's buffer is free (the last score MMAs are done); the output warpgroup sends the rows.
+          stage_outputs(output_stage, tot, o, hb, 0, lane);
+          store_lse(p, tot, row_k, head0, heads_here, hb, lane);
+          wgmma::fence_proxy_async_smem();  // read by the bulk copies
+          ptx::named_barrier_arrive(kBarConsumers, kWsConsumers);  // sInv and this warpgroup's dims are in place
+        } else {
+          ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
+          store_outputs(p, tot, o, row_k, head0, heads_here, hb, 0, true, split, lane);
+        }
       }
-      // P as the A operand of m64nNk16: two column blocks make one m16n8k16 A fragment per warp.
-      uint32_t a[NT / 2][4];
-#pragma unroll
-      for (int kk = 0; kk < NT / 2; ++kk) {
-        a[kk][0] = w[2 * kk][0];
-        a[kk][1] = w[2 * kk][1];
-        a[kk][2] = w[2 * kk + 1][0];
-        a[kk][3] = w[2 * kk + 1][1];
-      }
-      // Hand P and the rescale factors to the output warpgroup once it has read the last ones.
-      trace.mark(i, 3);
-      if (i > 0) mbarrier::wait(p_empty_bar, (i - 1) & 1);
-      trace.mark(i, 4);
-      const int h0 = hb * 16 + g;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0, 8 * j + 2 * t4)) = w[j][0];
-        *reinterpret_cast<uint32_t*>(sP + core_offset<kWsHeads>(h0 + 8, 8 * j + 2 * t4)) = w[j][1];
-      }
-      if (t4 == 0) {
-        sAlpha[h0] = alpha[0];
-        sAlpha[h0 + 8] = alpha[1];
-      }
-      wgmma::fence_proxy_async_smem();  // P is read by the tensor cores
-      mbarrier::arrive(p_full_bar);
-      wgmma::fence();
-      if (!(kStageSkip & 4))
-#pragma unroll
-        for (int kk = 0; kk < NT / 2; ++kk)  // tokens 16kk..16kk+15: two 8-row core-matrix groups, 16 bytes a row
-          pv_chunks_rs(o, a[kk], wgmma::desc_advance(vd, kk * kV16Entries), kVChunk);
-      wgmma::commit();
-      wgmma::wait<0>();  // the buffer is read asynchronously: done before it is released
-      trace.mark(i, 5);
-      release_k_tile(b);
     }
-    const RowTotals tot = row_totals(st);
-    if (t4 == 0) {
-      sInv[hb * 16 + g] = tot.inv[0];
-      sInv[hb * 16 + g + 8] = tot.inv[1];
-    }
-    if (stages_outputs(p)) {
-      // Q's buffer is free (the last score MMAs are done); the output warpgroup sends the rows.
-      stage_outputs(output_stage, tot, o, hb, 0, lane);
-      store_lse(p, tot, row, head0, heads_here, hb, lane);
-      wgmma::fence_proxy_async_smem();  // read by the bulk copies
-      ptx::named_barrier_arrive(kBarConsumers, kWsConsumers);  // sInv and this warpgroup's dims are in place
-    } else {
-      ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the normalizers are in sInv
-      store_outputs(p, tot, o, row, head0, heads_here, hb, 0, true, split, lane);
-    }
-    // Trace marks after the loop (step num_steps): 0 outputs stored, 1 grid barrier passed, 2 merged.
-    trace.mark(num_steps, 0);
+    // Trace marks after the loop (step total_steps): 0 outputs stored, 1 grid barrier passed, 2 merged.
+    trace.mark(total_steps, 0);
     if (p.merge_in_kernel) {
       grid_barrier();
-      trace.mark(num_steps, 1);
+      trace.mark(total_steps, 1);
       merge_share_of_heads<kWsConsumers>(p, row, head0, heads_here, split, merge_scratch, tid, kBarConsumers);
-      trace.mark(num_steps, 2);
+      trace.mark(total_steps, 2);
     }
-    trace.finish(num_steps + 1);
+    trace.finish(total_steps + 1);
   } else {
     // ---- output warpgroup: output dims [scores_dims, 512) with P from shared memory ----
     NVFP4MLA_SETMAXNREG(inc, Roles::output);
-    if constexpr (kQLoader == 1) load_q();
-    else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);
-    float o[Roles::output_dims / 8][4];
-    zero_blocks(o);
+    if constexpr (!kRowWalk) {
+      if constexpr (kQLoader == 1) load_q();
+      else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);
+    }
     constexpr uint32_t kPDimBlock = kWsHeads * 16;  // P: next 8 tokens
     const uint64_t p_desc = wgmma::smem_desc(ptx::smem_addr(sP), kPDimBlock, kEight);
     const uint64_t v_desc1 = v_desc(Roles::scores_dims);
     // Trace marks (profiling builds): 0 P wait begins, 1 P ready, 2 K ready, 3 output MMAs done.
     StepTrace trace(2, tid == 128, row, grid_rows, head0 == 0 && split == 0);
-    for (int i = 0; i < num_steps; ++i) {
-      const int b = i % kWsKBufs;
-      trace.mark(i, 0);
-      mbarrier::wait(p_full_bar, i & 1);
-      trace.mark(i, 1);
-      wait_k_tile(b, i / kWsKBufs);
-      trace.mark(i, 2);
-      const uint64_t vd = wgmma::desc_advance(v_desc1, b * kKBufBytes);
-      const float alpha[2] = {sAlpha[hb * 16 + g], sAlpha[hb * 16 + g + 8]};
-      wgmma::wait<0>();  // nothing is in flight; without it ptxas serializes every wgmma (C7515)
-      rescale_rows(o, alpha);
-      wgmma::fence();
-      if (!(kStageSkip & 4))
+    if constexpr (kRowWalk) trace.first_step = trace_first_step;
+    int gs = 0;  // the CTA's step
+    for (int k = 0; k < cta_rows; ++k) {
+      const int row_k = row_at(k);
+      float o[Roles::output_dims / 8][4];
+      zero_blocks(o);
+      RowTotals tot{};
+      for (int i = 0; i < num_steps; ++i, ++gs) {
+        const int b = gs % kWsKBufs;
+        const bool last_step = i + 1 == num_steps;
+        trace.mark(gs, 0);
+        mbarrier::wait(p_full_bar, gs & 1);
+        trace.mark(gs, 1);
+        wait_k_tile(b, gs / kWsKBufs);
+        trace.mark(gs, 2);
+        const uint64_t vd = wgmma::desc_advance(v_desc1, b * kKBufBytes);
+        const float alpha[2] = {sAlpha[hb * 16 + g], sAlpha[hb * 16 + g + 8]};
+        if constexpr (kRowWalk)
+          if (last_step) {  // read before P's slot is handed back: the next row's may follow at once
+            tot.inv[0] = sInv[hb * 16 + g];
+            tot.inv[1] = sInv[hb * 16 + g + 8];
+          }
+        wgmma::wait<0>();  // nothing is in flight; without it ptxas serializes every wgmma (C7515)
+        rescale_rows(o, alpha);
+        wgmma::fence();
+        if (!(kStageSkip & 4))
 #pragma unroll
-        for (int kk = 0; kk < NT / 2; ++kk)
-          pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * kV16Entries), kVChunk);
-      wgmma::commit();
-      wgmma::wait<0>();
-      trace.mark(i, 3);
-      mbarrier::arrive(p_empty_bar);  // its reads of sAlpha are done too
-      release_k_tile(b);
+          for (int kk = 0; kk < NT / 2; ++kk)
+            pv_chunks_ss(o, wgmma::desc_advance(p_desc, 2 * kk * kPDimBlock), wgmma::desc_advance(vd, kk * kV16Entries), kVChunk);
+        wgmma::commit();
+        wgmma::wait<0>();
+        trace.mark(gs, 3);
+        // Its reads of sAlpha are done too. Walking rows of a single step, the scores warpgroup
+        // could otherwise end the next row before this one's end below has met its arrival.
+        if (!kRowWalk || num_steps > 1) mbarrier::arrive(p_empty_bar);
+        if (!kRowWalk || !last_step) release_k_tile(b);
+      }
+      if constexpr (kRowWalk) {
+        // Its own rows go out first, while the scores warpgroup may still be staging its part.
+        const int b = (gs - 1) % kWsKBufs;
+        uint8_t* stage = reinterpret_cast<uint8_t*>(k_buf(b));
+        stage_outputs_at([&](int h) { return stage + output_stage_row(h); }, tot, o, hb, 0, lane);
+        wgmma::fence_proxy_async_smem();
+        ptx::named_barrier_sync(kBarOutputWg, 128);  // every row of this warpgroup's part is whole
+        const bool sends = warp == 4 && !(kStageSkip & 1024);
+        if (sends) send_row_part(row_k, stage, Roles::scores_dims, Roles::output_dims, output_stage_row);
+        ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the scores warpgroup's part is staged
+        if (num_steps == 1) mbarrier::arrive(p_empty_bar);
+        if (sends) {
+          send_row_part(row_k, stage, 0, Roles::scores_dims, scores_stage_row);
+          ptx::bulk_commit_and_wait_read();
+        }
+        release_k_tile(b);
+      } else {
+        ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);
+        tot.inv[0] = sInv[hb * 16 + g];
+        tot.inv[1] = sInv[hb * 16 + g + 8];
+        tot.lse2[0] = tot.lse2[1] = 0.0f;  // the scores warpgroup writes the LSE
+        if (stages_outputs(p)) {
+          stage_outputs(output_stage, tot, o, hb, Roles::scores_dims, lane);
+          wgmma::fence_proxy_async_smem();
+          ptx::named_barrier_sync(kBarOutputWg, 128);  // every staged row is whole
+          if (warp == 4 && !(kStageSkip & 1024)) send_staged_outputs(p, output_stage, row_k, head0, heads_here, lane);
+        } else {
+          store_outputs(p, tot, o, row_k, head0, heads_here, hb, Roles::scores_dims, false, split, lane);
+        }
+      }
     }
-    trace.finish(num_steps);
-    ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);
-    RowTotals tot;
-    tot.inv[0] = sInv[hb * 16 + g];
-    tot.inv[1] = sInv[hb * 16 + g + 8];
-    tot.lse2[0] = tot.lse2[1] = 0.0f;  // the scores warpgroup writes the LSE
-    if (stages_outputs(p)) {
-      stage_outputs(output_stage, tot, o, hb, Roles::scores_dims, lane);
-      wgmma::fence_proxy_async_smem();
-      ptx::named_barrier_sync(kBarOutputWg, 128);  // every staged row is whole
-      if (warp == 4 && !(kStageSkip & 1024)) send_staged_outputs(p, output_stage, row, head0, heads_here, lane);
-    } else {
-      store_outputs(p, tot, o, row, head0, heads_here, hb, Roles::scores_dims, false, split, lane);
-    }
+    trace.finish(total_steps);
     if (p.merge_in_kernel) {
       grid_barrier();
       merge_share_of_heads<kWsConsumers>(p, row, head0, heads_here, split, merge_scratch, tid, kBarConsumers);
@@ -810,6 +971,24 @@ bool launch_decode_ws(const DecodeParams& plan_params, int rows, int head_groups
   check(cudaLaunchKernelEx(&cfg, kernel, p), "sparse decode (warp-specialized) kernel launch");
   print_step_traces(stream, rows, rows * head_groups * p.splits, {"producer", "scores", "output"});
   return p.merge_in_kernel;
+}
+
+template <class F>
+void launch_decode_ws_rows(const DecodeParams& plan_params, int rows, int head_groups, int row_ctas, cudaStream_t stream) {
+  using Smem = WsSmem<F, false, kWsWideTile>;
+  constexpr auto kernel = sparse_decode_ws_kernel<F, false, kWsWideTile, true>;
+  static PerDevice<bool> opted_in;
+  opt_in_shared_memory(opted_in, kernel, static_cast<int>(Smem::total), "sparse decode: shared memory opt-in");
+  DecodeParams p = plan_params;
+  p.rows = rows;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(head_groups, std::min(rows, row_ctas), 1);
+  cfg.blockDim = dim3(kWsThreads);
+  cfg.dynamicSmemBytes = Smem::total;
+  cfg.stream = stream;
+  clear_step_traces(stream);
+  check(cudaLaunchKernelEx(&cfg, kernel, p), "sparse decode (warp-specialized, walking rows) kernel launch");
+  print_step_traces(stream, cfg.gridDim.y, cfg.gridDim.x * cfg.gridDim.y, {"producer", "scores", "output"});
 }
 
 }  // namespace nvfp4mla::cuda
