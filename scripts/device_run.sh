@@ -15,6 +15,14 @@ for step in "$@"; do
       # longer than a 10-minute device call: the CPU references dominate; 3 shards ~5.5 min on the
       # H200 machine, 2026-12-05). Shard logs name each test as it runs, so a timeout shows where.
       n=${SHARDS:-3}
+      # The DCP tests run the CLI and scripts/ at the paths the test binary was built with; where
+      # the binaries were built in another checkout, those paths are linked to this one.
+      built=$(strings "$BIN/nvfp4mla_gpu_tests" | sed -n "s|^'\(/[^']*\)/scripts/dcp_multi_gpu.sh' 1 --bin '\([^']*\)'.*|\1 \2|p" | head -1)
+      if [[ -n "$built" ]]; then
+        read -r src cli <<<"$built"
+        [[ -e "$src/scripts" ]] || { mkdir -p "$(dirname "$src")" && ln -sfn "$PWD" "$src"; }
+        [[ -x "$cli" ]] || { mkdir -p "$(dirname "$cli")" && ln -sf "$(realpath "$BIN/nvfp4mla")" "$cli"; }
+      fi
       for i in $(seq 0 $((n - 1))); do
         GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i "$BIN/nvfp4mla_gpu_tests" --gtest_filter='-Kernels/GpuVerifierQualification.*' \
           >"$OUT/gpu_tests_$i.log" 2>&1 &
