@@ -472,5 +472,26 @@ TEST(GpuSparseDecodeRowWalk, EqualsOneCtaPerRowBitForBit) {
   EXPECT_THROW(run_plan(nvfp4, wide), Error);
 }
 
+// Small enough for compute-sanitizer: CTAs walking 2-3 rows each (two steps and one step per row,
+// 64 and 128 heads, ragged lengths), bit for bit against one CTA per row.
+TEST(GpuSparseDecodeRowWalk, SanitizerSized) {
+  NVFP4MLA_REQUIRE_GPU();
+  const ArchSpec arch = current_device_arch();
+  if (decode_kernel_unsupported(DecodeKernel::sm90_ws_wide, arch, kSpecBf16, 64)) GTEST_SKIP() << "no sm90_ws_wide here";
+  ProblemOptions opt;
+  opt.lengths = true;
+  for (int heads : {64, 128})
+    for (int topk : {50, 128}) {
+      SCOPED_TRACE("heads " + std::to_string(heads) + " topk " + std::to_string(topk));
+      const auto p = make_problem(kSpecBf16, 5, heads, topk, 4300 + topk + heads, opt);
+      DecodePlan plan = plan_sparse_decode(kSpecBf16, p.rows, heads, topk, arch, 1, DecodeKernel::sm90_ws_wide);
+      const GpuResult per_row = run_plan(p, plan);
+      plan.row_ctas = 2;
+      const GpuResult walked = run_plan(p, plan);
+      EXPECT_EQ(walked.out, per_row.out);
+      EXPECT_EQ(std::memcmp(walked.lse.data(), per_row.lse.data(), walked.lse.size() * sizeof(float)), 0);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, GpuSparseDecode, ::testing::ValuesIn(all_decode_kernels()),
                          [](const ::testing::TestParamInfo<DecodeKernel>& info) { return std::string(to_string(info.param)); });
