@@ -164,9 +164,9 @@ struct WsSmem {
 // y, y + gridDim.y, ... < p.rows. Its steps run on across rows: the producers' K-buffer ring and
 // the consumers' P hand-off continue from one row's last step to the next row's first, so the
 // next row's first records are copied while this one ends. Q's buffer takes the next row's Q as
-// soon as the last score MMAs of a row are done (the output warpgroup copies it while the scores
+// soon as the last score MMAs of a row are done (the producers copy it while the scores
 // warpgroup runs the row's last softmax), and a row's outputs are staged in its last step's K
-// buffer instead (row_stage below).
+// buffer instead (scores_stage_row, output_stage_row below).
 template <class F, bool kPair, int kTile, bool kRowWalk = false>
 __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
