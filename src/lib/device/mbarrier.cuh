@@ -41,6 +41,12 @@ __device__ __forceinline__ void arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
+// The same, counting as `count` of the phase's expected arrivals.
+__device__ __forceinline__ void arrive(uint32_t bar, uint32_t count) {
+#ifdef NVFP4MLA_MBARRIER
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
 // Arrive on this CTA's mbarrier and add `bytes` to the transaction count its phase waits for
 // (bytes that TMA or st.async from another CTA will deliver).
 __device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {
