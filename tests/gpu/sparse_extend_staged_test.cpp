@@ -152,9 +152,9 @@ TEST(GpuSparseExtendStaged, SameResultsAsTheDirectExtend) {
   if (arch.wgmma) EXPECT_GE(bit_exact, 12);
 }
 
-// With more heads than one group (sm_90a), the plan's CTAs walk the rows (DecodePlan::row_ctas),
-// each taking several here; at 64 heads one CTA per row, whose outputs equal the direct extend's
-// bit for bit (the same 64-entry kernel). Both within the reference's bounds for NVFP4 records.
+// The staged plan's CTAs walk the rows (DecodePlan::row_ctas, sm_90a), each taking several here;
+// at 64 heads the outputs equal the direct extend's (the same 64-entry kernel, one CTA per row)
+// bit for bit. Both head counts within the reference's bounds for NVFP4 records.
 TEST(GpuSparseExtendStaged, RowsWalkedByEachCta) {
   NVFP4MLA_REQUIRE_GPU();
   const ArchSpec arch = current_device_arch();
@@ -167,8 +167,8 @@ TEST(GpuSparseExtendStaged, RowsWalkedByEachCta) {
     const DecodePlan staged_plan = cuda::plan_extend_staged(p.rows, heads, p.topk, arch);
     if (arch.wgmma) {
       ASSERT_EQ(staged_plan.kernel, DecodeKernel::sm90_ws_wide);
-      EXPECT_EQ(staged_plan.row_ctas, heads > 64 ? arch.sm_count / staged_plan.num_head_groups : 0);
-      if (heads > 64) EXPECT_LT(staged_plan.ctas(rows), int64_t(rows) * staged_plan.num_head_groups);
+      EXPECT_EQ(staged_plan.row_ctas, arch.sm_count / staged_plan.num_head_groups);
+      EXPECT_LT(staged_plan.ctas(rows), int64_t(rows) * staged_plan.num_head_groups);
     }
     const Outputs staged = run_extend(p, true);
     const DecodePlan direct_plan = plan_sparse_decode(p.spec, p.rows, heads, p.topk, arch, 1);

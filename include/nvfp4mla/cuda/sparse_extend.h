@@ -56,8 +56,8 @@ StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& args, v
                             cudaStream_t stream);
 
 // The attention plan over staged bf16 records: the planner's bf16 kernel (sm90_ws_wide on
-// sm_90a), one split per row; with more than 64 heads its CTAs walk the rows (DecodePlan::row_ctas:
-// one CTA per SM).
+// sm_90a), one split per row, its CTAs walking the rows (DecodePlan::row_ctas: one CTA per SM and
+// head group).
 DecodePlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch);
 
 // Staging, then attention over the staged records. workspace: extend_staging_layout(...).total_bytes,

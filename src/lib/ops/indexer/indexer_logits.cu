@@ -1,6 +1,5 @@
 // Host side of the GPU indexer logits: argument checks, the device-side metadata check, the
 // work split, and the choice of instantiation (indexer_logits.cuh has the kernel).
-#include <cuda.h>  // CUtensorMap and its encoder's types (the encoder itself comes from the runtime)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 
 #include "device/alignment.h"
 #include "device/cuda_check.h"
+#include "device/tensor_map.cuh"
 #include "nvfp4mla/cuda/indexer.h"
 #include "nvfp4mla/cuda/sparse_decode.h"
 #include "nvfp4mla/error.h"
@@ -128,29 +128,6 @@ void launch(ik::Mma mma, ik::Source source, int heads, int n, const ik::Params& 
 }
 
 // ---- the warp-specialized ragged kernel (indexer_logits_ws.cuh) --------------------------------
-
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The driver's cuTensorMapEncodeTiled through the runtime (the library links no libcuda), or null.
-EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-#if CUDART_VERSION >= 12050
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
-#else
-    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found);
-#endif
-    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return EncodeTiled{nullptr};
-    }
-    return reinterpret_cast<EncodeTiled>(p);
-  }();
-  return fn;
-}
 
 // Whether TMA can map the key buffer: rows of 128 bytes key_value_stride apart (16-byte aligned
 // rows are checked by the caller), strides below 2^40 bytes, at least one row.

@@ -151,12 +151,10 @@ StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& a, void
 
 DecodePlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch) {
   // The planner's kernel for bf16 records (sm90_ws_wide on sm_90a: single CTAs; the copying pairs
-  // measured slower, plan.cpp). With two or more head groups its CTAs walk the rows, one CTA per
-  // SM, each starting its next row (Q's load, the first records' copies) while it finishes one:
-  // that measured 3-4% faster at 128 heads and 1% slower at 64 (H100, 4096 rows x 2048,
-  // docs/PERF.md).
-  DecodePlan plan = plan_sparse_decode(kSpecBf16, rows, heads, topk, arch, 1);
-  if (plan.num_head_groups < 2) return plan;
+  // measured slower, plan.cpp), its CTAs walking the rows: one CTA per SM and head group, each
+  // starting its next row (Q's load by TMA, the first records' copies) while it finishes one: faster
+  // than one CTA per row at 64 and 128 heads (docs/PERF.md).
+  const DecodePlan plan = plan_sparse_decode(kSpecBf16, rows, heads, topk, arch, 1);
   DecodePlan walking = plan;
   walking.row_ctas = std::clamp(arch.sm_count / plan.num_head_groups, 1, std::max(rows, 1));
   return decode_row_walk_unsupported(walking, kSpecBf16) ? plan : walking;

@@ -45,6 +45,7 @@
 
 #include "device/cuda_check.h"
 #include "device/per_device.h"
+#include "device/tensor_map.cuh"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
 #include "ops/sparse_mla/decode/common/merge.cuh"
 #include "ops/sparse_mla/decode/common/step_trace.cuh"
@@ -168,7 +169,7 @@ struct WsSmem {
 // warpgroup runs the row's last softmax), and a row's outputs are staged in its last step's K
 // buffer instead (scores_stage_row, output_stage_row below).
 template <class F, bool kPair, int kTile, bool kRowWalk = false>
-__global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F, kPair, kTile>;
   static_assert(!kRowWalk || (Smem::copies_records && !kPair), "rows are walked over copied records by single CTAs");
@@ -250,9 +251,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (tid == 0) {
     for (int b = 0; b < kWsKBufs; ++b) {
       mbarrier::init(full_bar(b), Smem::full_arrivals);  // this CTA's producers
-      // This CTA's expect-tx arrival (+ the peer's bytes); walking rows, Q's hand-over: every
-      // producer thread's copies (q_full) or every thread of the scores warpgroup (q_empty).
-      mbarrier::init(remote_full_bar(b), !kRowWalk ? 1 : b == 0 ? kWsProducers : 128);
+      // This CTA's expect-tx arrival (+ the peer's bytes); walking rows, Q's hand-over: the Q
+      // loader's expect-tx arrival (q_full) or every thread of the scores warpgroup (q_empty).
+      mbarrier::init(remote_full_bar(b), !kRowWalk || b == 0 ? 1 : 128);
       mbarrier::init(empty_bar(b), kEmptyArrivals);
     }
     mbarrier::init(p_full_bar, 128);  // every thread of the scores warpgroup
@@ -332,15 +333,19 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       };
       auto slot_at = [&](const Step& s, int e, int32_t idx) { return s.len > 0 ? slot_of_index(p, s.len, pos_of(s, e), idx) : -1; };
       auto record_of = [&](int32_t slot) { return p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes; };
-      // Walking rows, the producers copy each row's Q: the first row's before any record, row k's
-      // once the scores warpgroup's last score MMAs of row k - 1 are done, before the buffer of
-      // row k's second step (its first when rows have one step). The copies complete q_full's
-      // phase k. (Issued by the output warpgroup instead, they held its last output MMAs of the
-      // row back behind the producers' copies.)
+      // Walking rows, the first producer thread loads each row's Q by TMA (nine 64-dim boxes of the
+      // CTA's 64 heads, in the K buffers' swizzled layout): the first row's before any record, row
+      // k's once the scores warpgroup's last score MMAs of row k - 1 are done, before the buffer of
+      // row k's second step (its first when rows have one step). The boxes complete q_full's phase
+      // k. (Copied by cp.async, 18 pieces a producer thread, the copies of every CTA's row end
+      // queued in the load pipes with the records'.)
       auto issue_q = [&](int k) {
+        if (ptid != 0) return;
         if (k > 0) mbarrier::wait(q_empty_bar, (k - 1) & 1);
-        copy_q(row_at(k), ptid, kWsProducers);
-        mbarrier::arrive_on_async_copies(q_full_bar);
+        mbarrier::arrive_expect_tx(q_full_bar, (kStageSkip & 512) ? 0 : kQkDim * kWsHeads * 2);
+        if constexpr (!(kStageSkip & 512))
+          for (int s = 0; s < kQkDim / 64; ++s)
+            tma::load_3d(ptx::smem_addr(sQ) + s * Smem::segment_bytes, &q_map, 64 * s, head0, row_at(k), q_full_bar);
       };
       const int q_step_in_row = num_steps > 1 ? 1 : 0;
       if constexpr (kRowWalk)
@@ -598,7 +603,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // while the producers gather the first records: the CTA's start waits for the longer of the
   // two, not for both in turn. The other consumer waits for it at the same named barrier. Every
   // piece goes out before any is waited for: the start pays one memory latency for Q, not one per
-  // piece. (Walking rows, the producers load every row's Q: copy_q.)
+  // piece. (Walking rows, the producers load every row's Q by TMA: issue_q.)
   constexpr int kQLoader = Roles::output > Roles::scores ? 1 : 0;
   auto load_q = [&] {
     copy_q(row, tid - 128 * kQLoader, 128);
@@ -695,7 +700,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       if constexpr (kQLoader == 0) load_q();
       else ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);  // Q is in place
     }
-    const uint64_t q_desc = wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
+    // Walking rows, Q arrives by TMA in the K buffers' layout (128-byte swizzled rows of 64 dims).
+    const uint64_t q_desc = kRowWalk ? k_desc_at(ptx::smem_addr(sQ)) : wgmma::smem_desc(ptx::smem_addr(sQ), kQDimBlock, kEight);
     const uint64_t k_desc0 = k_desc_at(ptx::smem_addr(k_buf(0))), v_desc0 = v_desc(0);
     int gs = 0;  // the CTA's step
     for (int k = 0; k < cta_rows; ++k) {
@@ -721,7 +727,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         if (!(kStageSkip & 2))
 #pragma unroll
           for (int kk = 0; kk < kQkDim / 16; ++kk)
-            wgmma::m64nk16_ss<NT>(acc, wgmma::desc_advance(q_desc, 2 * kk * kQDimBlock),
+            wgmma::m64nk16_ss<NT>(acc, wgmma::desc_advance(q_desc, kRowWalk ? k_dims_offset(kk) : 2 * kk * kQDimBlock),
                                   wgmma::desc_advance(k_desc, k_dims_offset(kk)), kk > 0);
         wgmma::commit();
         wgmma::wait<0>();
@@ -978,7 +984,8 @@ bool launch_decode_ws(const DecodeParams& plan_params, int rows, int head_groups
     }
   }
   clear_step_traces(stream);
-  check(cudaLaunchKernelEx(&cfg, kernel, p), "sparse decode (warp-specialized) kernel launch");
+  const CUtensorMap unused{};
+  check(cudaLaunchKernelEx(&cfg, kernel, p, unused), "sparse decode (warp-specialized) kernel launch");
   print_step_traces(stream, rows, rows * head_groups * p.splits, {"producer", "scores", "output"});
   return p.merge_in_kernel;
 }
@@ -996,8 +1003,18 @@ void launch_decode_ws_rows(const DecodeParams& plan_params, int rows, int head_g
   cfg.blockDim = dim3(kWsThreads);
   cfg.dynamicSmemBytes = Smem::total;
   cfg.stream = stream;
+  // Q as a (dims, heads, rows) tensor: 64 x 64 boxes, 128-byte swizzle, heads past p.heads read as zero.
+  CUtensorMap q_map{};
+  const EncodeTiled encode = encode_tiled();
+  const cuuint64_t dims[3] = {cuuint64_t(kQkDim), cuuint64_t(p.heads), cuuint64_t(rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(kQkDim) * 2, cuuint64_t(kQkDim) * 2 * p.heads};
+  const cuuint32_t box[3] = {64, cuuint32_t(kWsHeads), 1}, element_strides[3] = {1, 1, 1};
+  if (!encode || encode(&q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(p.q), dims, strides, box, element_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    throw Error("sparse decode (walking rows): the driver cannot map q for TMA");
   clear_step_traces(stream);
-  check(cudaLaunchKernelEx(&cfg, kernel, p), "sparse decode (warp-specialized, walking rows) kernel launch");
+  check(cudaLaunchKernelEx(&cfg, kernel, p, q_map), "sparse decode (warp-specialized, walking rows) kernel launch");
   print_step_traces(stream, cfg.gridDim.y, cfg.gridDim.x * cfg.gridDim.y, {"producer", "scores", "output"});
 }
 
