@@ -227,23 +227,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // Profiling builds record steps from here on: walking rows, the last 8 of the CTA's first row
   // and the start of its second.
   const int trace_first_step = kRowWalk && cta_rows > 1 ? max(num_steps - 8, 0) : 0;
-  // Every 16-byte piece of row r's Q (this CTA's heads) into Q's buffer by cp.async, by `threads`
-  // threads from index `first` on (zero-filled past the row's heads), none waited for here. A warp
-  // copies two neighbouring pieces (one 32-byte sector) of each of 16 heads: 16 consecutive
-  // core-matrix rows per piece, so its shared-memory writes are conflict-free (32 pieces of one
-  // head would all fall in the same four banks, 1 KB apart).
-  auto copy_q = [&](int r, int first, int threads) {
-    constexpr int q_chunks = kQkDim / 8;
-    static_assert(q_chunks % 2 == 0 && kWsHeads == 64);
-    const uint16_t* q_rows = p.q + (static_cast<int64_t>(r) * p.heads + head0) * kQkDim;
-    if constexpr (!(kStageSkip & 512)) {  // profiling: Q left unloaded
-      for (int c = first; c < kWsHeads * q_chunks; c += threads) {
-        const int h = (c >> 1) & (kWsHeads - 1), ch = 2 * (c >> 7) + (c & 1);
-        const bool here = h < heads_here;
-        ptx::cp_async_16_zfill(sQ + core_offset<kWsHeads>(h, 8 * ch), q_rows + (here ? h : 0) * kQkDim + 8 * ch, here ? 16 : 0);
-      }
-    }
-  };
   auto k_buf = [&](int b) { return sK + b * (Smem::k_buf_bytes / 2); };
   const bool dequant = !(kStageSkip & 1);
 
@@ -601,12 +584,25 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   const int hb = warp & 3, g = lane >> 2, t4 = lane & 3;
   // Q is loaded by the consumer warpgroup with the larger register budget (after its setmaxnreg)
   // while the producers gather the first records: the CTA's start waits for the longer of the
-  // two, not for both in turn. The other consumer waits for it at the same named barrier. Every
-  // piece goes out before any is waited for: the start pays one memory latency for Q, not one per
-  // piece. (Walking rows, the producers load every row's Q by TMA: issue_q.)
+  // two, not for both in turn. The other consumer waits for it at the same named barrier.
+  // (Walking rows, the producers load every row's Q by TMA: issue_q.)
   constexpr int kQLoader = Roles::output > Roles::scores ? 1 : 0;
+  // Every 16-byte piece of Q goes out by cp.async before any is waited for (zero-filled past the
+  // row's heads): the CTA's start pays one memory latency for Q, not one per piece. A warp copies
+  // two neighbouring pieces (one 32-byte sector) of each of 16 heads: 16 consecutive core-matrix
+  // rows per piece, so its shared-memory writes are conflict-free (32 pieces of one head would
+  // all fall in the same four banks, 1 KB apart).
   auto load_q = [&] {
-    copy_q(row, tid - 128 * kQLoader, 128);
+    constexpr int q_chunks = kQkDim / 8;
+    static_assert(q_chunks % 2 == 0 && kWsHeads == 64);
+    const uint16_t* q_rows = p.q + (static_cast<int64_t>(row) * p.heads + head0) * kQkDim;
+    if constexpr (!(kStageSkip & 512)) {  // profiling: Q left unloaded
+      for (int c = tid - 128 * kQLoader; c < kWsHeads * q_chunks; c += 128) {
+        const int h = (c >> 1) & (kWsHeads - 1), ch = 2 * (c >> 7) + (c & 1);
+        const bool here = h < heads_here;
+        ptx::cp_async_16_zfill(sQ + core_offset<kWsHeads>(h, 8 * ch), q_rows + (here ? h : 0) * kQkDim + 8 * ch, here ? 16 : 0);
+      }
+    }
     ptx::cp_async_commit();
     ptx::cp_async_wait_all();
     wgmma::fence_proxy_async_smem();
@@ -709,7 +705,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       const bool next_row = k + 1 < cta_rows;
       if constexpr (kRowWalk) {
         mbarrier::wait(q_full_bar, k & 1);
-        wgmma::fence_proxy_async_smem();  // Q was written by cp.async; the tensor cores read it
+        wgmma::fence_proxy_async_smem();  // not needed after TMA's writes (both sides async proxy)
       }
       float o[Roles::scores_dims / 8][4];
       zero_blocks(o);
