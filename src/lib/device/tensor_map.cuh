@@ -44,5 +44,15 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, in
 #endif
 }
 
+// Shared memory at `src` into the box at {c0, c1, c2} of a rank-3 map (rows past the tensor's
+// bounds are not written), in this thread's current bulk group.
+__device__ __forceinline__ void store_3d(const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2, uint32_t src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(src)
+               : "memory");
+#endif
+}
+
 }  // namespace tma
 }  // namespace nvfp4mla::cuda

@@ -42,6 +42,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "device/cuda_check.h"
 #include "device/per_device.h"
@@ -81,7 +82,7 @@ struct WsRoles {
   static_assert(scores + output + 2 * producer == 65536 / 128);
   static_assert(scores_dims % 128 == 0 && output_dims % 128 == 0, "n128 output MMAs");
 };
-constexpr int kBarProducer = 1, kBarConsumers = 2, kBarQ = 3, kBarOutputWg = 4;
+constexpr int kBarProducer = 1, kBarConsumers = 2, kBarQ = 3, kBarOutputWg = 4, kBarScoresWg = 5;
 static_assert(kWsTile == decode::kPlannerTile && kWsTile == decode::kWsTile && kWsWideTile == decode::kWsWideTile &&
                   kWsHeads == decode::kWsHeads && kWsThreads == 32 * decode::kWsWarps,
               "the planner's shape of this kernel (kernel_shapes.h)");
@@ -161,15 +162,21 @@ struct WsSmem {
                 "the planner's bytes (kernel_shapes.h)");
 };
 
+// Walking rows: TMA maps of q (the rows' Q loads) and out (the staged outputs' stores); the other
+// launches pass empty ones.
+struct WalkMaps {
+  CUtensorMap q, out;
+};
+
 // kRowWalk (DecodePlan::row_ctas; bf16 records, one split): CTA y of a head group attends rows
 // y, y + gridDim.y, ... < p.rows. Its steps run on across rows: the producers' K-buffer ring and
 // the consumers' P hand-off continue from one row's last step to the next row's first, so the
 // next row's first records are copied while this one ends. Q's buffer takes the next row's Q as
 // soon as the last score MMAs of a row are done (the producers copy it while the scores
 // warpgroup runs the row's last softmax), and a row's outputs are staged in its last step's K
-// buffer instead (scores_stage_row, output_stage_row below).
+// buffer instead (stage_row_outputs, send_row_boxes below).
 template <class F, bool kPair, int kTile, bool kRowWalk = false>
-__global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p, const __grid_constant__ CUtensorMap q_map) {
+__global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const DecodeParams p, const __grid_constant__ WalkMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Smem = WsSmem<F, kPair, kTile>;
   static_assert(!kRowWalk || (Smem::copies_records && !kPair), "rows are walked over copied records by single CTAs");
@@ -328,7 +335,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         mbarrier::arrive_expect_tx(q_full_bar, (kStageSkip & 512) ? 0 : kQkDim * kWsHeads * 2);
         if constexpr (!(kStageSkip & 512))
           for (int s = 0; s < kQkDim / 64; ++s)
-            tma::load_3d(ptx::smem_addr(sQ) + s * Smem::segment_bytes, &q_map, 64 * s, head0, row_at(k), q_full_bar);
+            tma::load_3d(ptx::smem_addr(sQ) + s * Smem::segment_bytes, &maps.q, 64 * s, head0, row_at(k), q_full_bar);
       };
       const int q_step_in_row = num_steps > 1 ? 1 : 0;
       if constexpr (kRowWalk)
@@ -609,33 +616,37 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     ptx::named_barrier_sync_unaligned(kBarQ, kWsConsumers);
   };
   // Walking rows, a row's outputs are staged in its last step's K buffer (Q's buffer holds the
-  // next row's Q by then): the scores warpgroup's dims [0, 128) in the parts that only its own
-  // MMAs read (dim segments 0-1 and the RoPE segment 8), free once its last output MMAs are done;
-  // the output warpgroup's dims [128, 512) in segments 2-7 and the rest of 8 after its own. Rows
-  // are padded by 16 bytes (the eight heads of a warp's store fall in different banks).
-  constexpr uint32_t kScoresStageRow = 2 * Roles::scores_dims + 16, kOutputStageRow = 2 * Roles::output_dims + 16;
-  constexpr int kScoresRowsLow = 48, kOutputRowsLow = 60;  // rows before the RoPE segment's
-  constexpr uint32_t kStageSeg = Smem::segment_bytes;
-  auto scores_stage_row = [](int h) {
-    return h < kScoresRowsLow ? h * kScoresStageRow : 8 * kStageSeg + (h - kScoresRowsLow) * kScoresStageRow;
+  // next row's Q by then) as TMA store boxes of 64 heads x 64 dims in the buffer's own segments:
+  // the scores warpgroup's dims [0, 128) in segments 0-1, which only its own MMAs read, once its
+  // last output MMAs are done; the output warpgroup's dims [128, 512) in segments 2-7 after its
+  // own. Each warpgroup sends its boxes by TMA (rows past the heads are not written) and leaves.
+  // (Rows of 1 KB sent as one bulk copy per head and part, 128 a row, held the buffer about 9,500
+  // SM clocks at a row's end, and the next row's second step with it.)
+  static_assert(!kRowWalk || (Roles::scores_dims == 128 && Smem::segment_bytes == kWsHeads * 128 &&
+                              8 * Smem::segment_bytes <= Smem::k_buf_bytes),
+                "the staged boxes are K-buffer segments of 64 heads x 128 bytes");
+  // This thread's normalized outputs (heads hb*16 + g and + 8, dims [dim0, dim0 + 8 NT_O)) into
+  // the boxes at `stage`: head h's 16-byte chunk j of segment s at s * 8 KB + 128 h + 16 (j ^ h % 8),
+  // so a warp's 32 stores fall in 32 banks.
+  auto stage_row_outputs = [&](uint8_t* stage, const RowTotals& tot, const auto& o, int dim0) {
+    constexpr int NT_O = sizeof(o) / sizeof(o[0]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = hb * 16 + g + 8 * r;
+#pragma unroll
+      for (int n = 0; n < NT_O; ++n) {
+        const int d = dim0 + 8 * n;
+        *reinterpret_cast<uint32_t*>(stage + (d / 64) * Smem::segment_bytes + 128 * h + 16 * (((d % 64) / 8) ^ (h & 7)) + 4 * t4) =
+            ptx::pack_bf16x2(o[n][2 * r] * tot.inv[r], o[n][2 * r + 1] * tot.inv[r]);
+      }
+    }
   };
-  auto output_stage_row = [](int h) {
-    return h < kOutputRowsLow ? 2 * kStageSeg + h * kOutputStageRow
-                              : 8 * kStageSeg + (kWsHeads - kScoresRowsLow) * kScoresStageRow + (h - kOutputRowsLow) * kOutputStageRow;
-  };
-  static_assert(!kRowWalk || (Roles::scores_dims == 128 && kQkDim == 9 * 64 &&
-                              kScoresRowsLow * kScoresStageRow <= 2 * kStageSeg &&
-                              2 * kStageSeg + kOutputRowsLow * kOutputStageRow <= 8 * kStageSeg &&
-                              8 * kStageSeg + (kWsHeads - kScoresRowsLow) * kScoresStageRow +
-                                      (kWsHeads - kOutputRowsLow) * kOutputStageRow <= Smem::k_buf_bytes &&
-                              kScoresStageRow % 16 == 0 && kOutputStageRow % 16 == 0),
-                "the staged rows fit the free parts of a K buffer, 16-byte aligned");
-  // One warp of the output warpgroup sends dims [dim0, dim0 + dims) of row r's staged outputs
-  // (head h's from stage + row_of(h)) by bulk copies, in its current bulk group.
-  auto send_row_part = [&](int r, const uint8_t* stage, int dim0, int dims, auto row_of) {
-    for (int h = lane; h < heads_here; h += 32)
-      ptx::bulk_store_global(p.out + (static_cast<int64_t>(r) * p.heads + head0 + h) * kLatentDim + dim0,
-                             ptx::smem_addr(stage + row_of(h)), 2 * dims);
+  // Segments [s0, s1) of the staged boxes to row r's outputs, by one thread, waited for until read.
+  auto send_row_boxes = [&](const uint8_t* stage, int s0, int s1, int r) {
+    if constexpr (!(kStageSkip & 1024)) {  // profiling: outputs left unstored
+      for (int s = s0; s < s1; ++s) tma::store_3d(&maps.out, 64 * s, head0, r, ptx::smem_addr(stage + s * Smem::segment_bytes));
+      ptx::bulk_commit_and_wait_read();
+    }
   };
   constexpr int NT = kTile / 8;       // score column blocks per tile
   // Output accumulators: each branch declares and zeroes its own after setmaxnreg (registers
@@ -681,9 +692,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
   };
   // Walking rows, a row's last K buffer holds staged outputs: every thread arrives after its own
-  // staging stores (in the sending warp, after its bulk copies' reads). One lane's arrival after
-  // the named barriers and __syncwarp orders them as well, but compute-sanitizer's racecheck
-  // does not follow that chain and reports the producers' next copies as racing with the stores.
+  // staging stores (the sending thread after its TMA stores' reads). One lane's arrival after the
+  // named barriers and __syncwarp orders them as well, but compute-sanitizer's racecheck does not
+  // follow that chain and reports the producers' next copies as racing with the stores.
   auto release_staged_k_tile = [&](int b) { mbarrier::arrive(empty_bar(b)); };
   if (warpgroup == 0) {
     // ---- scores warpgroup: S, softmax, P, output dims [0, scores_dims) ----
@@ -703,10 +714,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     for (int k = 0; k < cta_rows; ++k) {
       const int row_k = row_at(k);
       const bool next_row = k + 1 < cta_rows;
-      if constexpr (kRowWalk) {
-        mbarrier::wait(q_full_bar, k & 1);
-        wgmma::fence_proxy_async_smem();  // not needed after TMA's writes (both sides async proxy)
-      }
+      if constexpr (kRowWalk) mbarrier::wait(q_full_bar, k & 1);  // TMA's writes: no proxy fence
       float o[Roles::scores_dims / 8][4];
       zero_blocks(o);
       SoftmaxState st;
@@ -803,13 +811,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         if (!kRowWalk || !last_step) release_k_tile(b);
       }
       if constexpr (kRowWalk) {
-        // This warpgroup's dims into the last step's K buffer, which it leaves; the output
-        // warpgroup sends the row (its warps' releases keep the producers out until then).
+        // This warpgroup's dims into the last step's K buffer, sent, and the buffer left.
         const int b = (gs - 1) % kWsKBufs;
         uint8_t* stage = reinterpret_cast<uint8_t*>(k_buf(b));
-        stage_outputs_at([&](int h) { return stage + scores_stage_row(h); }, tot, o, hb, 0, lane);
-        wgmma::fence_proxy_async_smem();  // read by the bulk copies
-        ptx::named_barrier_arrive(kBarConsumers, kWsConsumers);
+        stage_row_outputs(stage, tot, o, 0);
+        wgmma::fence_proxy_async_smem();  // read by the TMA stores
+        ptx::named_barrier_sync(kBarScoresWg, 128);  // every box of this warpgroup is whole
+        if (tid == 0) send_row_boxes(stage, 0, Roles::scores_dims / 64, row_k);
         release_staged_k_tile(b);
         store_lse(p, tot, row_k, head0, heads_here, hb, lane);
       } else {
@@ -883,26 +891,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
         wgmma::commit();
         wgmma::wait<0>();
         trace.mark(gs, 3);
-        // Its reads of sAlpha are done too. Walking rows of a single step, the scores warpgroup
-        // could otherwise end the next row before this one's end below has met its arrival.
+        // Its reads of sAlpha are done too. Walking rows of a single step, it arrives after the row's
+        // end below: the scores warpgroup then starts the next row's P once this one has left.
         if (!kRowWalk || num_steps > 1) mbarrier::arrive(p_empty_bar);
         if (!kRowWalk || !last_step) release_k_tile(b);
       }
       if constexpr (kRowWalk) {
-        // Its own rows go out first, while the scores warpgroup may still be staging its part.
+        // Its dims into the last step's K buffer, sent, and the buffer left.
         const int b = (gs - 1) % kWsKBufs;
         uint8_t* stage = reinterpret_cast<uint8_t*>(k_buf(b));
-        stage_outputs_at([&](int h) { return stage + output_stage_row(h); }, tot, o, hb, 0, lane);
-        wgmma::fence_proxy_async_smem();
-        ptx::named_barrier_sync(kBarOutputWg, 128);  // every row of this warpgroup's part is whole
-        const bool sends = warp == 4 && !(kStageSkip & 1024);
-        if (sends) send_row_part(row_k, stage, Roles::scores_dims, Roles::output_dims, output_stage_row);
-        ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);  // the scores warpgroup's part is staged
+        stage_row_outputs(stage, tot, o, Roles::scores_dims);
+        wgmma::fence_proxy_async_smem();  // read by the TMA stores
+        ptx::named_barrier_sync(kBarOutputWg, 128);  // every box of this warpgroup is whole
+        if (tid == 128) send_row_boxes(stage, Roles::scores_dims / 64, kLatentDim / 64, row_k);
         if (num_steps == 1) mbarrier::arrive(p_empty_bar);
-        if (sends) {
-          send_row_part(row_k, stage, 0, Roles::scores_dims, scores_stage_row);
-          ptx::bulk_commit_and_wait_read();
-        }
         release_staged_k_tile(b);
       } else {
         ptx::named_barrier_sync_unaligned(kBarConsumers, kWsConsumers);
@@ -980,7 +982,7 @@ bool launch_decode_ws(const DecodeParams& plan_params, int rows, int head_groups
     }
   }
   clear_step_traces(stream);
-  const CUtensorMap unused{};
+  const WalkMaps unused{};
   check(cudaLaunchKernelEx(&cfg, kernel, p, unused), "sparse decode (warp-specialized) kernel launch");
   print_step_traces(stream, rows, rows * head_groups * p.splits, {"producer", "scores", "output"});
   return p.merge_in_kernel;
@@ -999,18 +1001,23 @@ void launch_decode_ws_rows(const DecodeParams& plan_params, int rows, int head_g
   cfg.blockDim = dim3(kWsThreads);
   cfg.dynamicSmemBytes = Smem::total;
   cfg.stream = stream;
-  // Q as a (dims, heads, rows) tensor: 64 x 64 boxes, 128-byte swizzle, heads past p.heads read as zero.
-  CUtensorMap q_map{};
+  // q and out as (dims, heads, rows) bf16 tensors: 64 x 64 boxes, 128-byte swizzle; q's heads past
+  // p.heads read as zero, out's are not written.
   const EncodeTiled encode = encode_tiled();
-  const cuuint64_t dims[3] = {cuuint64_t(kQkDim), cuuint64_t(p.heads), cuuint64_t(rows)};
-  const cuuint64_t strides[2] = {cuuint64_t(kQkDim) * 2, cuuint64_t(kQkDim) * 2 * p.heads};
-  const cuuint32_t box[3] = {64, cuuint32_t(kWsHeads), 1}, element_strides[3] = {1, 1, 1};
-  if (!encode || encode(&q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(p.q), dims, strides, box, element_strides,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    throw Error("sparse decode (walking rows): the driver cannot map q for TMA");
+  auto map_rows = [&](CUtensorMap& map, const void* base, int dims_per_head, const char* what) {
+    const cuuint64_t dims[3] = {cuuint64_t(dims_per_head), cuuint64_t(p.heads), cuuint64_t(rows)};
+    const cuuint64_t strides[2] = {cuuint64_t(dims_per_head) * 2, cuuint64_t(dims_per_head) * 2 * p.heads};
+    const cuuint32_t box[3] = {64, cuuint32_t(kWsHeads), 1}, element_strides[3] = {1, 1, 1};
+    if (!encode || encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      throw Error(std::string("sparse decode (walking rows): the driver cannot map ") + what + " for TMA");
+  };
+  WalkMaps maps{};
+  map_rows(maps.q, p.q, kQkDim, "q");
+  map_rows(maps.out, p.out, kLatentDim, "out");
   clear_step_traces(stream);
-  check(cudaLaunchKernelEx(&cfg, kernel, p, q_map), "sparse decode (warp-specialized, walking rows) kernel launch");
+  check(cudaLaunchKernelEx(&cfg, kernel, p, maps), "sparse decode (warp-specialized, walking rows) kernel launch");
   print_step_traces(stream, cfg.gridDim.y, cfg.gridDim.x * cfg.gridDim.y, {"producer", "scores", "output"});
 }
 
