@@ -33,6 +33,7 @@ struct DecodeCase {
   int64_t capacity = int64_t(1) << 20;  // cache slots the random indices point into (rounded up to 65536s)
   DecodeKernel kernel = DecodeKernel::automatic;  // the planner's choice, or one the device supports
   bool staged = false;  // extend: the staged extend (staging + attention over bf16 records, timed together)
+  bool walk_only = false;  // staged extend: every row walked, no split tail (cuda::ExtendStagedPlan), for A/B timing
 };
 
 struct DecodeResult {
@@ -44,6 +45,7 @@ struct DecodeResult {
   double gbps = 0;          // (records read once per (row, entry) + q + out) / time
   double frac_copy = 0, frac_mma = 0;
   double staging_us = 0;    // staged extend: the staging alone (median), part of median_us
+  int tail_rows = 0, tail_splits = 0;  // staged extend: rows run first as a split launch, and its splits
   // A ceiling measured on the same cache and indices: a plain kernel that only reads every
   // (row, entry) record once (several 16-byte loads in flight per thread, all SMs full).
   // frac_gather = gather_us / median_us.

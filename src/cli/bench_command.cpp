@@ -33,6 +33,7 @@ struct BenchFlags {
   std::string json_path;
   std::string kernel = "automatic";  // bench decode
   bool staged = false;               // bench extend
+  bool walk_only = false;            // bench extend --staged
 };
 
 std::vector<RecordSpec> specs_of(const BenchFlags& f) {
@@ -108,7 +109,7 @@ void run_decode_bench(const BenchFlags& f) {
                              {128, 64, 2048},  {32, 128, 2048}, {8, 128, 2048},  {3, 128, 2048},
                              {128, 8, 2048},   {128, 32, 2048}, {148, 128, 16384}};
     for (const auto& spec : specs)
-      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits, f.capacity, kernel, f.staged});
+      for (const auto& s : shapes) cases.push_back({s[0], s[1], s[2], spec, f.splits, f.capacity, kernel, f.staged, f.walk_only});
   } else {
     const auto rows = f.rows.empty() ? std::vector<int>{256} : f.rows;
     const auto heads = f.heads.empty() ? std::vector<int>{128} : f.heads;
@@ -116,7 +117,7 @@ void run_decode_bench(const BenchFlags& f) {
     for (const auto& spec : specs)
       for (int r : rows)
         for (int h : heads)
-          for (int k : topk) cases.push_back({r, h, k, spec, f.splits, f.capacity, kernel, f.staged});
+          for (int k : topk) cases.push_back({r, h, k, spec, f.splits, f.capacity, kernel, f.staged, f.walk_only});
   }
   const auto opt = options_of(f);
   const auto ceil = bench::measure_ceilings(opt);
@@ -137,8 +138,13 @@ void run_decode_bench(const BenchFlags& f) {
                            {"min_us", r.min_us}, {"tflops", r.tflops}, {"gbps", r.gbps}, {"frac_mma", r.frac_mma},
                            {"frac_copy", r.frac_copy}, {"gather_us", r.gather_us}, {"frac_gather", r.frac_gather},
                            {"capacity", r.c.capacity}, {"finite", r.finite}, {"clock_mhz", r.clock_mhz},
-                           {"staged", r.c.staged}, {"staging_us", r.staging_us}});
-    if (r.c.staged) std::printf("%-26s staging (part of the time above): %.1f us\n", "", r.staging_us);
+                           {"staged", r.c.staged}, {"staging_us", r.staging_us}, {"tail_rows", r.tail_rows},
+                           {"tail_splits", r.tail_splits}});
+    if (r.c.staged) {
+      std::printf("%-26s staging (part of the time above): %.1f us", "", r.staging_us);
+      if (r.tail_rows > 0) std::printf("; the last %d rows first, %d splits each", r.tail_rows, r.tail_splits);
+      std::printf("\n");
+    }
   }
   write_json(f.json_path, j);
 }
@@ -320,9 +326,13 @@ void add_bench_command(CLI::App& app) {
   ext->add_option("--capacity", f->capacity, "cache slots the random indices point into (rounded up to a multiple of 65536)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 26))
       ->capture_default_str();
-  ext->add_flag("--staged", f->staged,
+  CLI::Option* staged = ext->add_flag("--staged", f->staged,
                 "the staged extend: dequantize each attended record once into bf16 records, then attend over those "
                 "(staging included in the time)");
+  ext->add_flag("--walk-only", f->walk_only,
+                "with --staged: walk every row, without running the rows the walking CTAs do not divide as a split "
+                "launch first (for A/B timing)")
+      ->needs(staged);
   ext->callback([f] {
     f->splits = 1;
     if (f->rows.empty()) f->rows = {4096};

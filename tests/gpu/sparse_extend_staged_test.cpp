@@ -6,9 +6,12 @@
 // first, so every element must be written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_support.h"
@@ -52,8 +55,9 @@ struct Outputs {
   std::vector<float> lse;
 };
 
-// Runs the staged extend (or the direct one) with poisoned outputs and a poisoned workspace.
-Outputs run_extend(const AttentionProblem& p, bool staged) {
+// Runs the staged extend (with `plan`, else its own; or the direct one) with poisoned outputs and a
+// poisoned workspace.
+Outputs run_extend(const AttentionProblem& p, bool staged, const cuda::ExtendStagedPlan* plan = nullptr) {
   DeviceProblem d(p);
   const SparseMlaArgs a = d.args(p);
   DeviceBuffer<uint16_t> out(size_t(p.rows) * p.heads * kLatentDim);
@@ -62,13 +66,29 @@ Outputs run_extend(const AttentionProblem& p, bool staged) {
   lse.fill_bytes(0xFF);
   DeviceBuffer<uint8_t> ws(staged ? cuda::extend_staging_layout(p.capacity, p.rows, p.topk).total_bytes : 0);
   ws.fill_bytes(0xFF);
-  if (staged) cuda::sparse_extend_staged(p.spec, a, ws.get(), ws.size(), out.get(), lse.get(), nullptr);
+  if (staged && plan) cuda::sparse_extend_staged(p.spec, a, *plan, ws.get(), ws.size(), out.get(), lse.get(), nullptr);
+  else if (staged) cuda::sparse_extend_staged(p.spec, a, ws.get(), ws.size(), out.get(), lse.get(), nullptr);
   else cuda::sparse_extend(p.spec, a, out.get(), lse.get(), nullptr);
   if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("extend failed");
   return {out.download(), lse.download()};
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+// Rows [r0, r0 + n) of host arguments and of outputs.
+SparseMlaArgs host_rows(const SparseMlaArgs& a, int r0, int n) {
+  SparseMlaArgs r = a;
+  r.rows = n;
+  r.q += size_t(r0) * a.heads * kQkDim;
+  r.indices += size_t(r0) * a.topk;
+  if (r.topk_length) r.topk_length += r0;
+  return r;
+}
+template <class T>
+std::vector<T> rows_of(const std::vector<T>& v, int rows, int r0, int n) {
+  const size_t per_row = v.size() / rows;
+  return {v.begin() + r0 * per_row, v.begin() + (r0 + n) * per_row};
+}
 
 }  // namespace
 
@@ -136,7 +156,7 @@ TEST(GpuSparseExtendStaged, SameResultsAsTheDirectExtend) {
         SCOPED_TRACE(nvfp4mla::testing::spec_name(spec) + " heads " + std::to_string(heads) + " topk " + std::to_string(topk));
         const auto p = make_problem(spec, 5, heads, topk, seed++, opt);
         const Outputs staged = run_extend(p, true), direct = run_extend(p, false);
-        const DecodePlan staged_plan = cuda::plan_extend_staged(p.rows, heads, p.topk, arch);
+        const DecodePlan staged_plan = cuda::plan_extend_staged(p.rows, heads, p.topk, arch).walk;
         const DecodePlan direct_plan = plan_sparse_decode(spec, p.rows, heads, p.topk, arch, 1);
         const bool wide = staged_plan.kernel == DecodeKernel::sm90_ws_wide || staged_plan.kernel == DecodeKernel::sm90_ws_pair_wide;
         if (wide && direct_plan.kernel == staged_plan.kernel) {
@@ -164,7 +184,9 @@ TEST(GpuSparseExtendStaged, RowsWalkedByEachCta) {
   for (int heads : {64, 128}) {
     SCOPED_TRACE("heads " + std::to_string(heads));
     const auto p = make_problem(kAllSpecs[6], rows, heads, 128, 960 + heads, opt);
-    const DecodePlan staged_plan = cuda::plan_extend_staged(p.rows, heads, p.topk, arch);
+    const cuda::ExtendStagedPlan plan = cuda::plan_extend_staged(p.rows, heads, p.topk, arch);
+    EXPECT_EQ(plan.tail_rows, 0);  // 128 entries: a split launch costs more than the row it saves
+    const DecodePlan& staged_plan = plan.walk;
     if (arch.wgmma) {
       ASSERT_EQ(staged_plan.kernel, DecodeKernel::sm90_ws_wide);
       EXPECT_EQ(staged_plan.row_ctas, arch.sm_count / staged_plan.num_head_groups);
@@ -175,6 +197,83 @@ TEST(GpuSparseExtendStaged, RowsWalkedByEachCta) {
     if (heads == 64 && direct_plan.kernel == staged_plan.kernel) EXPECT_EQ(staged.out, run_extend(p, false).out);
     EXPECT_EQ(nvfp4mla::testing::compare_plan_with_reference(p.spec, p.host_args(), staged_plan, staged.out, staged.lse).failures, 0);
   }
+}
+
+// Where the plan runs the rows the walking CTAs leave over as a split launch (host only: no device).
+TEST(GpuSparseExtendStaged, PlansASplitTailWhereItSavesARow) {
+  const ArchSpec h100 = arch_spec(9, 0, 132);
+  for (int heads : {64, 128}) {
+    SCOPED_TRACE("heads " + std::to_string(heads));
+    const int ctas = heads == 64 ? 132 : 66;
+    const cuda::ExtendStagedPlan s = cuda::plan_extend_staged(4096, heads, 2048, h100);
+    ASSERT_EQ(s.walk.row_ctas, ctas);
+    EXPECT_EQ(s.walk_rows, 4096 - 4096 % ctas);
+    EXPECT_EQ(s.tail_rows, 4096 % ctas);
+    EXPECT_GT(s.tail.splits, 1);
+    EXPECT_EQ(s.tail.partial_bytes, 4);
+    EXPECT_EQ(s.tail.row_ctas, 0);
+    EXPECT_LE(s.tail.ctas(s.tail_rows), int64_t(h100.sm_count) * s.tail.ctas_per_sm);  // one wave
+    // No tail: rows that divide, fewer rows than CTAs, short rows, and a remainder near a wave.
+    for (const auto& [rows, topk] : std::vector<std::pair<int, int>>{{31 * ctas, 2048}, {ctas - 5, 2048}, {4096, 128}, {2 * ctas - 2, 2048}}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " topk " + std::to_string(topk));
+      const cuda::ExtendStagedPlan n = cuda::plan_extend_staged(rows, heads, topk, h100);
+      EXPECT_EQ(n.tail_rows, 0);
+      EXPECT_EQ(n.walk_rows, rows);
+      EXPECT_EQ(n.walk.row_ctas, std::min(rows, ctas));
+    }
+  }
+  // Before sm_90a nothing walks and nothing is split off.
+  const cuda::ExtendStagedPlan a100 = cuda::plan_extend_staged(4096, 64, 2048, arch_spec(8, 0, 108));
+  EXPECT_EQ(a100.walk.row_ctas, 0);
+  EXPECT_EQ(a100.tail_rows, 0);
+  EXPECT_EQ(a100.walk_rows, 4096);
+}
+
+// A plan made for fewer SMs gives a small problem a tail: its rows run first as splits, their
+// partials in the walked rows' (poisoned) outputs, which the walk then writes. Walked rows equal
+// the direct extend's bit for bit at 64 heads; every row within its own plan's bounds.
+TEST(GpuSparseExtendStaged, TailRowsRunFirstAsSplits) {
+  NVFP4MLA_REQUIRE_GPU();
+  const ArchSpec arch = current_device_arch();
+  if (!arch.wgmma) GTEST_SKIP() << "rows are walked on sm_90a only";
+  ProblemOptions opt;
+  opt.lengths = true;
+  for (const auto& [heads, sms, rows] : std::vector<std::tuple<int, int, int>>{{64, 4, 13}, {128, 8, 13}}) {
+    SCOPED_TRACE("heads " + std::to_string(heads));
+    ArchSpec fewer = arch;
+    fewer.sm_count = sms;
+    const auto p = make_problem(kAllSpecs[6], rows, heads, 2048, 970 + heads, opt);
+    const cuda::ExtendStagedPlan plan = cuda::plan_extend_staged(rows, heads, p.topk, fewer);
+    ASSERT_EQ(plan.tail_rows, 1);
+    ASSERT_EQ(plan.walk_rows, rows - 1);
+    ASSERT_GT(plan.tail.splits, 1);
+    const Outputs staged = run_extend(p, true, &plan);
+    const SparseMlaArgs host = p.host_args();
+    for (const auto& [r0, n, part] : std::vector<std::tuple<int, int, const DecodePlan*>>{{0, plan.walk_rows, &plan.walk},
+                                                                                          {plan.walk_rows, 1, &plan.tail}}) {
+      SCOPED_TRACE("rows from " + std::to_string(r0));
+      EXPECT_EQ(nvfp4mla::testing::compare_plan_with_reference(p.spec, host_rows(host, r0, n), *part,
+                                                               rows_of(staged.out, rows, r0, n), rows_of(staged.lse, rows, r0, n))
+                    .failures,
+                0);
+    }
+    if (heads == 64)
+      EXPECT_EQ(rows_of(staged.out, rows, 0, plan.walk_rows), rows_of(run_extend(p, false).out, rows, 0, plan.walk_rows));
+  }
+  // A plan whose rows do not add up, or whose tail's partials do not fit the walked rows' outputs.
+  const auto p = make_problem(kAllSpecs[6], 3, 64, 2048, 975, opt);
+  cuda::ExtendStagedPlan bad = cuda::plan_extend_staged(p.rows, p.heads, p.topk, arch);
+  bad.walk_rows += 1;
+  EXPECT_THROW(run_extend(p, true, &bad), Error);
+  ArchSpec one = arch;
+  one.sm_count = 1;
+  bad = cuda::plan_extend_staged(3, 64, p.topk, one);  // walks 3 rows on one CTA: no tail
+  ASSERT_EQ(bad.tail_rows, 0);
+  bad.tail = plan_sparse_decode(kSpecBf16, 2, 64, p.topk, arch, 32);
+  bad.tail.partial_bytes = 4;
+  bad.walk_rows = 1;
+  bad.tail_rows = 2;
+  EXPECT_THROW(run_extend(p, true, &bad), Error);
 }
 
 TEST(GpuSparseExtendStaged, NothingAttendedAndNoRows) {
@@ -222,7 +321,7 @@ TEST(GpuSparseExtendStaged, SanitizerSized) {
         for (size_t i = 0; i < staged.out.size(); ++i) ASSERT_TRUE(std::isfinite(codec::bf16_decode(staged.out[i]))) << i;
         if (spec.dtype != CacheDtype::bf16) EXPECT_EQ(staged.out, direct.out);
         // Every format (the bf16 copies included) against the CPU reference on its kernel's operands.
-        const DecodePlan staged_plan = cuda::plan_extend_staged(p.rows, heads, p.topk, current_device_arch());
+        const DecodePlan staged_plan = cuda::plan_extend_staged(p.rows, heads, p.topk, current_device_arch()).walk;
         EXPECT_EQ(nvfp4mla::testing::compare_plan_with_reference(spec, p.host_args(), staged_plan, staged.out, staged.lse).failures, 0);
       }
 }

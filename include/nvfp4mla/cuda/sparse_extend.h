@@ -26,7 +26,8 @@ void sparse_extend(const RecordSpec& spec, const SparseMlaArgs& args, uint16_t* 
 // operands the direct kernels compute (stage_records_reference), rewrites the indices to the
 // staged records, then attends over those with the 64-entry kernels copying records straight into
 // their K buffers (plan_extend_staged). Outputs equal sparse_extend's where both run the same
-// 64-entry kernel (bit for bit), and otherwise agree to the kernels' BF16 operands.
+// 64-entry kernel (bit for bit; a plan's tail rows within its split plan's bounds), and otherwise
+// agree to the kernels' BF16 operands.
 
 // Workspace of the staged extend (one buffer, 256-byte aligned pieces). Two ways to stage:
 //  - every slot (when capacity <= rows x topk: most slots are attended anyway): the whole cache
@@ -57,12 +58,25 @@ StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& args, v
 
 // The attention plan over staged bf16 records: the planner's bf16 kernel (sm90_ws_wide on
 // sm_90a), one split per row, its CTAs walking the rows (DecodePlan::row_ctas: one CTA per SM and
-// head group).
-DecodePlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch);
+// head group). When the rows do not divide among the walking CTAs, the few left over would keep
+// a few SMs busy for a whole row after the others finish; if a split launch over every SM takes
+// at most half a row's tiles (the planner's estimate), those rows are the `tail`: they run first,
+// split, their fp32 partials held in `out` of the walked rows (which the walk then writes).
+struct ExtendStagedPlan {
+  DecodePlan walk;    // rows [0, walk_rows)
+  int walk_rows = 0;
+  DecodePlan tail;    // rows [walk_rows, walk_rows + tail_rows), when tail_rows > 0
+  int tail_rows = 0;
+};
+ExtendStagedPlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch);
 
 // Staging, then attention over the staged records. workspace: extend_staging_layout(...).total_bytes,
 // 256-byte aligned. No allocation, no synchronization.
 void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& args, void* workspace, size_t workspace_bytes,
                           uint16_t* out, float* lse, cudaStream_t stream);
+// The same with a plan of plan_extend_staged's for these rows (one made for another SM count, say);
+// throws Error for a plan whose rows do not add up or whose tail's partials do not fit `out`.
+void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& args, const ExtendStagedPlan& plan, void* workspace,
+                          size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream);
 
 }  // namespace nvfp4mla::cuda

@@ -176,8 +176,13 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     fill_indices<<<kFillBlocks, kFillThreads>>>(idx.p, int64_t(c.rows) * c.topk, 40, capacity);
     if (c.staged && (c.kernel != DecodeKernel::automatic || c.forced_splits > 1))
       throw Error("bench: the staged extend picks its own kernel and runs one split per row");
-    const auto plan = c.staged ? cuda::plan_extend_staged(c.rows, c.heads, c.topk, arch)
-                               : plan_sparse_decode(c.spec, c.rows, c.heads, c.topk, arch, c.forced_splits, c.kernel);
+    cuda::ExtendStagedPlan staged_plan;
+    if (c.staged) {
+      staged_plan = cuda::plan_extend_staged(c.rows, c.heads, c.topk, arch);
+      if (c.walk_only) staged_plan = {staged_plan.walk, c.rows, {}, 0};
+    }
+    const DecodePlan plan = c.staged ? staged_plan.walk
+                                     : plan_sparse_decode(c.spec, c.rows, c.heads, c.topk, arch, c.forced_splits, c.kernel);
     const size_t ws_bytes = c.staged ? cuda::extend_staging_layout(capacity, c.rows, c.topk).total_bytes
                                      : decode_workspace_layout(plan, c.rows, c.heads).total_bytes;
     Dev<uint8_t> ws(ws_bytes);
@@ -193,7 +198,7 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     a.layer_scale = 0.01f;
     const auto ms = time_runs(
         [&] {
-          if (c.staged) cuda::sparse_extend_staged(c.spec, a, ws.p, ws_bytes, o.p, lse.p, s);
+          if (c.staged) cuda::sparse_extend_staged(c.spec, a, staged_plan, ws.p, ws_bytes, o.p, lse.p, s);
           else cuda::sparse_decode(c.spec, a, plan, ws.p, ws_bytes, o.p, lse.p, s);
         },
         opt, flush, s);
@@ -227,6 +232,8 @@ std::vector<DecodeResult> run_decode(const std::vector<DecodeCase>& cases, const
     r.frac_copy = ceil.copy_gbps > 0 ? r.gbps / ceil.copy_gbps : 0;
     r.frac_mma = ceil.bf16_tflops > 0 ? r.tflops / ceil.bf16_tflops : 0;
     r.staging_us = staging_us;
+    r.tail_rows = staged_plan.tail_rows;
+    r.tail_splits = staged_plan.tail_rows > 0 ? staged_plan.tail.splits : 0;
     r.gather_us = median(gather_ms) * 1e3;
     r.frac_gather = r.gather_us / r.median_us;
     r.finite = nbad == 0;

@@ -17,6 +17,7 @@
 #include "nvfp4mla/cuda/sparse_extend.h"
 #include "nvfp4mla/error.h"
 #include "ops/sparse_mla/decode/common/decode_common.cuh"
+#include "ops/sparse_mla/decode/kernel_shapes.h"
 #include "ops/sparse_mla/format_dispatch.cuh"
 
 namespace nvfp4mla::cuda {
@@ -149,25 +150,83 @@ StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& a, void
   return {false, records, indices, positions + a.capacity, w.record_capacity};
 }
 
-DecodePlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch) {
+namespace {
+
+// Rows [r0, r0 + n) of `a`.
+SparseMlaArgs rows_of(const SparseMlaArgs& a, int r0, int n) {
+  SparseMlaArgs r = a;
+  r.rows = n;
+  r.q = a.q + static_cast<int64_t>(r0) * a.heads * kQkDim;
+  r.indices = a.indices + static_cast<int64_t>(r0) * a.topk;
+  if (a.topk_length) r.topk_length = a.topk_length + r0;
+  return r;
+}
+
+// Where the tail's partials go: `out` of the walked rows from its first 256-byte boundary.
+struct TailScratch {
+  void* base = nullptr;
+  size_t bytes = 0;
+};
+TailScratch tail_scratch(uint16_t* out, int walk_rows, int heads) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(out), aligned_at = (at + 255) & ~uintptr_t(255);
+  const size_t bytes = static_cast<size_t>(walk_rows) * heads * kLatentDim * sizeof(uint16_t);
+  if (aligned_at - at >= bytes) return {};
+  return {reinterpret_cast<void*>(aligned_at), bytes - (aligned_at - at)};
+}
+
+}  // namespace
+
+ExtendStagedPlan plan_extend_staged(int rows, int heads, int topk, const ArchSpec& arch) {
   // The planner's kernel for bf16 records (sm90_ws_wide on sm_90a: single CTAs; the copying pairs
   // measured slower, plan.cpp), its CTAs walking the rows: one CTA per SM and head group, each
   // starting its next row (Q's load by TMA, the first records' copies) while it finishes one: faster
   // than one CTA per row at 64 and 128 heads (docs/PERF.md).
   const DecodePlan plan = plan_sparse_decode(kSpecBf16, rows, heads, topk, arch, 1);
+  ExtendStagedPlan staged{plan, rows, {}, 0};
   DecodePlan walking = plan;
   walking.row_ctas = std::clamp(arch.sm_count / plan.num_head_groups, 1, std::max(rows, 1));
-  return decode_row_walk_unsupported(walking, kSpecBf16) ? plan : walking;
+  if (decode_row_walk_unsupported(walking, kSpecBf16)) return staged;
+  staged.walk = walking;
+  const int tail_rows = rows % walking.row_ctas;
+  if (rows <= walking.row_ctas || tail_rows == 0) return staged;
+  // The tail as the planner splits it, in tiles: waves x (tiles per split + a CTA's fixed cost)
+  // and about two for the merge, against the walk's one more row.
+  DecodePlan tail = plan_sparse_decode(kSpecBf16, tail_rows, heads, topk, arch);
+  tail.partial_bytes = 4;  // fp32 partials: only the final outputs are rounded, as in the walk
+  constexpr int kMergeTiles = 2;
+  const int64_t slots = static_cast<int64_t>(arch.sm_count) * tail.ctas_per_sm;
+  const int64_t tail_tiles = (tail.ctas(tail_rows) + slots - 1) / slots * (tail.tiles_per_split + decode::kCtaFixedTiles) + kMergeTiles;
+  const size_t scratch = decode_workspace_layout(tail, tail_rows, heads).total_bytes + 256;
+  if (tail.splits < 2 || 2 * tail_tiles > plan.num_tiles ||
+      scratch > static_cast<size_t>(rows - tail_rows) * heads * kLatentDim * sizeof(uint16_t))
+    return staged;
+  staged.walk_rows = rows - tail_rows;
+  staged.tail = tail;
+  staged.tail_rows = tail_rows;
+  return staged;
 }
 
 void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& a, void* workspace, size_t workspace_bytes,
                           uint16_t* out, float* lse, cudaStream_t stream) {
+  sparse_extend_staged(spec, a, plan_extend_staged(a.rows, a.heads, a.topk, current_device_arch()), workspace,
+                       workspace_bytes, out, lse, stream);
+}
+
+void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& a, const ExtendStagedPlan& plan, void* workspace,
+                          size_t workspace_bytes, uint16_t* out, float* lse, cudaStream_t stream) {
   validate_sparse_mla_args(spec, a);
   if (a.rows == 0) return;
   if (!out || !lse) throw Error("staged extend: out and lse are required");
   // What the attention would refuse, refused before the staging runs.
   if (!aligned(a.q, 16) || !aligned(out, 16) || !aligned(lse, 4))
     throw Error("staged extend: q and out must be 16-byte aligned, lse 4-byte");
+  if (plan.walk_rows < 0 || plan.tail_rows < 0 || int64_t(plan.walk_rows) + plan.tail_rows != a.rows)
+    throw Error("staged extend: the plan's walk_rows + tail_rows must be the rows (" + std::to_string(a.rows) +
+                "); build it with plan_extend_staged");
+  const TailScratch scratch = tail_scratch(out, plan.walk_rows, a.heads);
+  if (plan.tail_rows > 0 &&
+      scratch.bytes < decode_workspace_layout(plan.tail, plan.tail_rows, a.heads).total_bytes)
+    throw Error("staged extend: the plan's tail partials do not fit the walked rows' outputs; build it with plan_extend_staged");
   const StagedRecords staged = stage_records(spec, a, workspace, workspace_bytes, stream);
   SparseMlaArgs b = a;
   b.cache = staged.record_capacity > 0 ? staged.records : nullptr;
@@ -175,8 +234,13 @@ void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& a, void* 
   b.indices = staged.indices;
   if (!staged.every_slot) b.topk_length = nullptr;  // the rewritten indices mask what lies past a row's length
   b.layer_scale = 1.0f;
-  const DecodePlan plan = plan_extend_staged(a.rows, a.heads, a.topk, current_device_arch());
-  sparse_decode(kSpecBf16, b, plan, nullptr, 0, out, lse, stream);
+  // The tail first: its partials live in the walked rows' outputs until the walk writes them.
+  if (plan.tail_rows > 0) {
+    const int64_t r0 = plan.walk_rows;
+    sparse_decode(kSpecBf16, rows_of(b, plan.walk_rows, plan.tail_rows), plan.tail, scratch.base, scratch.bytes,
+                  out + r0 * a.heads * kLatentDim, lse + r0 * a.heads, stream);
+  }
+  if (plan.walk_rows > 0) sparse_decode(kSpecBf16, rows_of(b, 0, plan.walk_rows), plan.walk, nullptr, 0, out, lse, stream);
 }
 
 }  // namespace nvfp4mla::cuda
