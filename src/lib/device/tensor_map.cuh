@@ -44,12 +44,23 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, in
 #endif
 }
 
-// Shared memory at `src` into the box at {c0, c1, c2} of a rank-3 map (rows past the tensor's
-// bounds are not written), in this thread's current bulk group.
-__device__ __forceinline__ void store_3d(const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2, uint32_t src) {
+// An L2 cache policy whose lines are evicted first: for data a kernel writes and does not read
+// again, so that it does not push out what the kernel keeps reading.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(src)
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
+  return policy;
+}
+
+// Shared memory at `src` into the box at {c0, c1, c2} of a rank-3 map (rows past the tensor's
+// bounds are not written) with L2 cache policy `policy`, in this thread's current bulk group.
+__device__ __forceinline__ void store_3d(const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2, uint32_t src, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2, %3}], [%4], %5;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(src), "l"(policy)
                : "memory");
 #endif
 }
