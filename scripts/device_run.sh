@@ -133,7 +133,7 @@ for step in "$@"; do
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/nvfp4mla_gpu_tests" \
-          --gtest_filter='GpuRecordCopy.*:*GpuSparseDecode.SanitizerSized/*:GpuSparseDecodeRowWalk.SanitizerSized:*GpuSparseDecode.DegenerateOuterScales/*:GpuCacheWriter.BitIdenticalToCpuWriterBf16Input:GpuOffloadStaging.*:GpuSparseScores.TopkLengthInvalidIndicesAndRaggedTopk' \
+          --gtest_filter='GpuRecordCopy.*:*GpuSparseDecode.SanitizerSized/*:GpuSparseDecodeRowWalk.SanitizerSized:GpuSparseExtendStaged.SanitizerSized:*GpuSparseDecode.DegenerateOuterScales/*:GpuCacheWriter.BitIdenticalToCpuWriterBf16Input:GpuOffloadStaging.*:GpuSparseScores.TopkLengthInvalidIndicesAndRaggedTopk' \
           >"$OUT/sanitize_$tool.log" 2>&1
         echo "compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
       done ;;
