@@ -43,9 +43,20 @@ __device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, in
       : "memory");
 #endif
 }
+// The same with L2 cache policy `policy` (l2_evict_first_policy, say).
+__device__ __forceinline__ void load_3d(uint32_t dst, const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2, uint32_t bar,
+                                        uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], "
+      "%6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+      : "memory");
+#endif
+}
 
-// An L2 cache policy whose lines are evicted first: for data a kernel writes and does not read
-// again, so that it does not push out what the kernel keeps reading.
+// An L2 cache policy whose lines are evicted first: for data a kernel reads or writes once, so
+// that it does not push out what the kernel keeps reading.
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t policy = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -324,18 +324,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       auto slot_at = [&](const Step& s, int e, int32_t idx) { return s.len > 0 ? slot_of_index(p, s.len, pos_of(s, e), idx) : -1; };
       auto record_of = [&](int32_t slot) { return p.cache + static_cast<int64_t>(slot < 0 ? 0 : slot) * F::kRecordBytes; };
       // Walking rows, the first producer thread loads each row's Q by TMA (nine 64-dim boxes of the
-      // CTA's 64 heads, in the K buffers' swizzled layout): the first row's before any record, row
-      // k's once the scores warpgroup's last score MMAs of row k - 1 are done, before the buffer of
-      // row k's second step (its first when rows have one step). The boxes complete q_full's phase
-      // k. (Copied by cp.async, 18 pieces a producer thread, the copies of every CTA's row end
-      // queued in the load pipes with the records'.)
+      // CTA's 64 heads, in the K buffers' swizzled layout; evicted from L2 first, as it is read
+      // once): the first row's before any record, row k's once the scores warpgroup's last score
+      // MMAs of row k - 1 are done, before the buffer of row k's second step (its first when rows
+      // have one step). The boxes complete q_full's phase k. (Copied by cp.async, 18 pieces a
+      // producer thread, the copies of every CTA's row end queued in the load pipes with the
+      // records'.)
       auto issue_q = [&](int k) {
         if (ptid != 0) return;
         if (k > 0) mbarrier::wait(q_empty_bar, (k - 1) & 1);
         mbarrier::arrive_expect_tx(q_full_bar, (kStageSkip & 512) ? 0 : kQkDim * kWsHeads * 2);
         if constexpr (!(kStageSkip & 512))
           for (int s = 0; s < kQkDim / 64; ++s)
-            tma::load_3d(ptx::smem_addr(sQ) + s * Smem::segment_bytes, &maps.q, 64 * s, head0, row_at(k), q_full_bar);
+            tma::load_3d(ptx::smem_addr(sQ) + s * Smem::segment_bytes, &maps.q, 64 * s, head0, row_at(k), q_full_bar,
+                         tma::l2_evict_first_policy());
       };
       const int q_step_in_row = num_steps > 1 ? 1 : 0;
       if constexpr (kRowWalk)
@@ -642,8 +644,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
     }
   };
   // Segments [s0, s1) of the staged boxes to row r's outputs, by one thread, waited for until read.
-  // Evicted from L2 first, the outputs leave the staged records there (each read ~128 times in a
-  // prefill chunk; 0.3% less time at 4096 x 64 on an H100, docs/PERF.md).
+  // The outputs, like each row's Q, are evicted from L2 first: they leave the staged records there
+  // (each read ~128 times in a prefill chunk; docs/PERF.md).
   auto send_row_boxes = [&](const uint8_t* stage, int s0, int s1, int r) {
     if constexpr (!(kStageSkip & 1024)) {  // profiling: outputs left unstored
       const uint64_t evict_first = tma::l2_evict_first_policy();
