@@ -33,6 +33,16 @@ struct SparseMlaArgs {
   LseBase lse_base = LseBase::natural;
 };
 
+// Rows [r0, r0 + n) of `a` (q, indices and topk_length advanced; host or device pointers alike).
+inline SparseMlaArgs sparse_mla_rows(const SparseMlaArgs& a, int r0, int n) {
+  SparseMlaArgs r = a;
+  r.rows = n;
+  r.q = a.q + static_cast<int64_t>(r0) * a.heads * kQkDim;
+  r.indices = a.indices + static_cast<int64_t>(r0) * a.topk;
+  if (a.topk_length) r.topk_length = a.topk_length + r0;
+  return r;
+}
+
 // True when index position `pos` of a row is attended.
 inline bool sparse_entry_valid(const SparseMlaArgs& a, int row, int pos) {
   if (a.topk_length && pos >= a.topk_length[row]) return false;

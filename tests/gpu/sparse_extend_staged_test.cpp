@@ -75,15 +75,7 @@ Outputs run_extend(const AttentionProblem& p, bool staged, const cuda::ExtendSta
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
-// Rows [r0, r0 + n) of host arguments and of outputs.
-SparseMlaArgs host_rows(const SparseMlaArgs& a, int r0, int n) {
-  SparseMlaArgs r = a;
-  r.rows = n;
-  r.q += size_t(r0) * a.heads * kQkDim;
-  r.indices += size_t(r0) * a.topk;
-  if (r.topk_length) r.topk_length += r0;
-  return r;
-}
+// Rows [r0, r0 + n) of an output.
 template <class T>
 std::vector<T> rows_of(const std::vector<T>& v, int rows, int r0, int n) {
   const size_t per_row = v.size() / rows;
@@ -252,7 +244,7 @@ TEST(GpuSparseExtendStaged, TailRowsRunFirstAsSplits) {
     for (const auto& [r0, n, part] : std::vector<std::tuple<int, int, const DecodePlan*>>{{0, plan.walk_rows, &plan.walk},
                                                                                           {plan.walk_rows, 1, &plan.tail}}) {
       SCOPED_TRACE("rows from " + std::to_string(r0));
-      EXPECT_EQ(nvfp4mla::testing::compare_plan_with_reference(p.spec, host_rows(host, r0, n), *part,
+      EXPECT_EQ(nvfp4mla::testing::compare_plan_with_reference(p.spec, sparse_mla_rows(host, r0, n), *part,
                                                                rows_of(staged.out, rows, r0, n), rows_of(staged.lse, rows, r0, n))
                     .failures,
                 0);

@@ -152,16 +152,6 @@ StagedRecords stage_records(const RecordSpec& spec, const SparseMlaArgs& a, void
 
 namespace {
 
-// Rows [r0, r0 + n) of `a`.
-SparseMlaArgs rows_of(const SparseMlaArgs& a, int r0, int n) {
-  SparseMlaArgs r = a;
-  r.rows = n;
-  r.q = a.q + static_cast<int64_t>(r0) * a.heads * kQkDim;
-  r.indices = a.indices + static_cast<int64_t>(r0) * a.topk;
-  if (a.topk_length) r.topk_length = a.topk_length + r0;
-  return r;
-}
-
 // Where the tail's partials go: `out` of the walked rows from its first 256-byte boundary.
 struct TailScratch {
   void* base = nullptr;
@@ -237,10 +227,10 @@ void sparse_extend_staged(const RecordSpec& spec, const SparseMlaArgs& a, const 
   // The tail first: its partials live in the walked rows' outputs until the walk writes them.
   if (plan.tail_rows > 0) {
     const int64_t r0 = plan.walk_rows;
-    sparse_decode(kSpecBf16, rows_of(b, plan.walk_rows, plan.tail_rows), plan.tail, scratch.base, scratch.bytes,
+    sparse_decode(kSpecBf16, sparse_mla_rows(b, plan.walk_rows, plan.tail_rows), plan.tail, scratch.base, scratch.bytes,
                   out + r0 * a.heads * kLatentDim, lse + r0 * a.heads, stream);
   }
-  if (plan.walk_rows > 0) sparse_decode(kSpecBf16, rows_of(b, 0, plan.walk_rows), plan.walk, nullptr, 0, out, lse, stream);
+  if (plan.walk_rows > 0) sparse_decode(kSpecBf16, sparse_mla_rows(b, 0, plan.walk_rows), plan.walk, nullptr, 0, out, lse, stream);
 }
 
 }  // namespace nvfp4mla::cuda

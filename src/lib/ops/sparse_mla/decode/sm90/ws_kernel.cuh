@@ -327,9 +327,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
       // CTA's 64 heads, in the K buffers' swizzled layout; evicted from L2 first, as it is read
       // once): the first row's before any record, row k's once the scores warpgroup's last score
       // MMAs of row k - 1 are done, before the buffer of row k's second step (its first when rows
-      // have one step). The boxes complete q_full's phase k. (Copied by cp.async, 18 pieces a
-      // producer thread, the copies of every CTA's row end queued in the load pipes with the
-      // records'.)
+      // have one step). The boxes complete q_full's phase k. (By TMA, Q's loads do not queue
+      // behind the producers' record copies in the load pipes.)
       auto issue_q = [&](int k) {
         if (ptid != 0) return;
         if (k > 0) mbarrier::wait(q_empty_bar, (k - 1) & 1);
@@ -622,8 +621,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   // the scores warpgroup's dims [0, 128) in segments 0-1, which only its own MMAs read, once its
   // last output MMAs are done; the output warpgroup's dims [128, 512) in segments 2-7 after its
   // own. Each warpgroup sends its boxes by TMA (rows past the heads are not written) and leaves.
-  // (Rows of 1 KB sent as one bulk copy per head and part, 128 a row, held the buffer about 9,500
-  // SM clocks at a row's end, and the next row's second step with it.)
   static_assert(!kRowWalk || (Roles::scores_dims == 128 && Smem::segment_bytes == kWsHeads * 128 &&
                               8 * Smem::segment_bytes <= Smem::k_buf_bytes),
                 "the staged boxes are K-buffer segments of 64 heads x 128 bytes");
