@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
 # Usage (from the repo root, with the binaries in .devbin/):
-#   scripts/device_run.sh [tests|qualification|ab|bench|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
+#   scripts/device_run.sh [tests|qualification|ab|bench|bars|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
 # The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
 # is then unavailable there), or the CLI will not load.
 set -uo pipefail
@@ -53,6 +53,19 @@ for step in "$@"; do
       for i in $(seq ${PROCS:-3}); do
         "$BIN/nvfp4mla" bench decode --rows 256 128 --heads 128 64 16 --topk 2048 --json "$OUT/decode_proc$i.json" >"$OUT/decode_proc$i.txt" 2>&1
         echo "process $i:"; grep -E "^nvfp4" "$OUT/decode_proc$i.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $7, $14}'
+      done ;;
+    bars)
+      # Issue 25's open bars with their own commands: decode 128 x 16 and 32 in three processes, the
+      # staged extend 4096 x 64 and 128 at 65,536 slots in two, each with its JSON and the card's name.
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/bars_gpu.txt"
+      for i in 1 2 3; do
+        "$BIN/nvfp4mla" bench decode --topk 2048 --warmup-seconds 1 --rows 128 --heads 16 32 --json "$OUT/bars_decode$i.json" >"$OUT/bars_decode$i.txt" 2>&1
+        echo "decode process $i:"; grep -E "^nvfp4" "$OUT/bars_decode$i.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $7, $NF}'
+      done
+      for i in 1 2; do
+        "$BIN/nvfp4mla" bench extend --staged --rows 4096 --heads 64 128 --capacity 65536 --iters 10 --warmup-seconds 1 \
+          --json "$OUT/bars_extend$i.json" >"$OUT/bars_extend$i.txt" 2>&1
+        echo "staged extend process $i:"; grep -E "^nvfp4" "$OUT/bars_extend$i.txt"
       done ;;
     bench-all)
       "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 32 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -58 "$OUT/decode_all.txt" ;;
