@@ -372,10 +372,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
       next_rec[e] = record_of(next_valid[e] ? idx : -1);
     }
     // The records kPrefetchTiles tiles of this warpgroup ahead into L2 (prefetch, no register): a
-    // lane quad touches every 128-byte line of each of its records.
+    // lane quad touches every 128-byte line of each of its records. Not on the warpgroup's first
+    // tile: at the launch's start those lines would compete with the first tile's own loads.
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int32_t idx = staged_index_of(t + kPrefetchTiles * kWarpgroups, e);
+      const int32_t idx = t != wg ? staged_index_of(t + kPrefetchTiles * kWarpgroups, e) : -1;
       constexpr int kPoints = (F::kRecordBytes - 1 + kL2LineBytes - 1) / kL2LineBytes + 1;
       if (slot_valid(idx))
         for (int i = t4; i < kPoints; i += 4) ptx::prefetch_l2(record_of(idx) + i * (F::kRecordBytes - 1) / (kPoints - 1));
