@@ -2,6 +2,8 @@
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
 # Usage (from the repo root, with the binaries in .devbin/):
 #   scripts/device_run.sh [tests|qualification|ab|bench|bars|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
+# Binaries packed by scripts/device_pack.sh: run its unpack.sh first, export the LD_LIBRARY_PATH
+# it prints, and pass BIN=<pack>/bin/base or BIN=<pack>/bin/<variant>.
 # The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
 # is then unavailable there), or the CLI will not load.
 set -uo pipefail
