@@ -9,7 +9,7 @@
 # present (a variant built with --tests has both). The device image may lack zstd and the OpenSSL
 # library the CLI links, so both travel too.
 set -euo pipefail
-[[ "${1:-}" == pack && $# -ge 3 ]] || { sed -n '2,11p' "$0" >&2; exit 2; }
+[[ "${1:-}" == pack && $# -ge 3 ]] || { sed -n '2,10p' "$0" >&2; exit 2; }
 out=$(realpath -m "$2") base=$(realpath "$3")
 shift 3
 command -v zstd >/dev/null || { echo "device_pack: zstd is needed (apt-get install zstd)" >&2; exit 1; }
