@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   // index load: loaded in registers a tile ahead, they stalled the loop's back edge (ptxas placed
   // the loads late and moved the result into the loop-carried register there). Eight loads per
   // thread in flight at once (a loop of one load per trip waits for each in turn); the first eight
-  // go out before the first records, whose loads wait for their own indices.
+  // go out before warpgroup 0's first records, whose loads wait for their own indices.
   int32_t* sIdx = reinterpret_cast<int32_t*>(smem + Smem::idx_off);
   constexpr int kIdxBatch = 8;
   auto load_index_batch = [&](int i0, int32_t(&v)[kIdxBatch]) {
@@ -268,18 +268,28 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   load_index_batch(0, first_batch);
   RecordShare<F> share[2];
   bool valid[2];
+  // The warpgroup's first records. Warpgroup 0 loads its own now, warpgroup 1 its own after the
+  // barrier below (from the staged indices), so that warpgroup 0's arrive first: issued together
+  // at the launch's start, the two warpgroups' first records held the first tile back by ~3,000
+  // SM clocks more, and warpgroup 1 still begins only a few hundred clocks after warpgroup 0.
+  auto load_first_records = [&](const int32_t(&idx)[2]) {
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int pos = pos_of(wg, e);
-    const int32_t idx = wg < num_tiles && pos < split_end ? __ldg(row_indices + pos) : -1;
-    valid[e] = slot_valid(idx);
-    const uint8_t* rec = record_of(valid[e] ? idx : -1);
+    for (int e = 0; e < 2; ++e) {
+      valid[e] = slot_valid(idx[e]);
+      const uint8_t* rec = record_of(valid[e] ? idx[e] : -1);
 #pragma unroll
-    for (int slab = 0; slab < kSlabs; ++slab) load_latent(share[e], rec, valid[e], slab, t4);
-    load_rope(share[e], rec, valid[e], t4);
-    if (t4 == 0) copy_outer_scales<F>(scale_slot(0), rec, valid[e], e);
+      for (int slab = 0; slab < kSlabs; ++slab) load_latent(share[e], rec, valid[e], slab, t4);
+      load_rope(share[e], rec, valid[e], t4);
+      if (t4 == 0) copy_outer_scales<F>(scale_slot(0), rec, valid[e], e);
+    }
+    ptx::cp_async_commit();
+  };
+  if (wg == 0) {
+    int32_t idx[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) idx[e] = 0 < num_tiles && pos_of(0, e) < split_end ? __ldg(row_indices + pos_of(0, e)) : -1;
+    load_first_records(idx);
   }
-  ptx::cp_async_commit();
   store_index_batch(0, first_batch);
   for (int i0 = kIdxBatch * kThreads; i0 < num_tiles * kTile; i0 += kIdxBatch * kThreads) {
     int32_t v[kIdxBatch];
@@ -317,6 +327,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_decode_h16_sm90_kernel(con
   }
   wgmma::fence_proxy_async_smem();
   __syncthreads();
+  if (wg == 1) {
+    const int32_t idx[2] = {staged_index_of(1, 0), staged_index_of(1, 1)};
+    load_first_records(idx);
+  }
 
   uint8_t* sVt = smem + wg * Smem::vt_bytes;
   uint8_t* sP = smem + Smem::p_off + wg * Smem::p_bytes;
