@@ -18,7 +18,9 @@
 // compute (sm80_h16: the copy pipeline alone), 64 the copies of dequantized values into the peer
 // CTA (the pairs), 128 the softmax of the 64-head kernels (unit weights), 256 the softmax's work
 // alone (weights |score| / 64: as varied as real ones, so the tensor cores' power stays alike),
-// 512 Q's load and 1024 the bulk stores of staged outputs (64-head kernels).
+// 512 Q's load and 1024 the bulk stores of staged outputs (64-head kernels), 2048 the record
+// copies of every head group but the first (bf16 records: what sharing one load between a row's
+// head groups could save; the other groups attend stale K buffers).
 #ifndef NVFP4MLA_DECODE_STAGE_SKIP
 #define NVFP4MLA_DECODE_STAGE_SKIP 0
 #endif

@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) sparse_decode_ws_kernel(const D
   if (warpgroup >= kWsConsumers / 128) {
     // ---- producer warpgroups ----
     NVFP4MLA_SETMAXNREG(dec, Roles::producer);
-    const bool copies = !(kStageSkip & 8), peer_values = !(kStageSkip & 64);
+    const bool copies = !(kStageSkip & 8) && !((kStageSkip & 2048) && head0 != 0), peer_values = !(kStageSkip & 64);
     const int tok0 = kPair ? kTokens * static_cast<int>(peer ^ 1u) : 0;  // this CTA's entries of each tile
     // Trace marks (profiling builds): 0 buffer wait begins, 1 buffer free, 2 buffer published.
     StepTrace trace(0, ptid == 0, row, grid_rows, head0 == 0 && split == 0);
