@@ -58,7 +58,8 @@ for step in "$@"; do
       done ;;
     bars)
       # Issue 25's open bars with their own commands: decode 128 x 16 and 32 in three processes, the
-      # staged extend 4096 x 64 and 128 at 65,536 slots in two, each with its JSON and the card's name.
+      # staged extend 4096 x 64 and 128 at 65,536 slots in two and 128 alone in two more, each with
+      # its JSON and the card's name.
       nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/bars_gpu.txt"
       for i in 1 2 3; do
         "$BIN/nvfp4mla" bench decode --topk 2048 --warmup-seconds 1 --rows 128 --heads 16 32 --json "$OUT/bars_decode$i.json" >"$OUT/bars_decode$i.txt" 2>&1
@@ -68,6 +69,13 @@ for step in "$@"; do
         "$BIN/nvfp4mla" bench extend --staged --rows 4096 --heads 64 128 --capacity 65536 --iters 10 --warmup-seconds 1 \
           --json "$OUT/bars_extend$i.json" >"$OUT/bars_extend$i.txt" 2>&1
         echo "staged extend process $i:"; grep -E "^nvfp4" "$OUT/bars_extend$i.txt"
+      done
+      # The 128-head case alone (after 64 heads in the same process it starts on a hotter card, and
+      # the power cap moves its clock more than any change moves its time).
+      for i in 1 2; do
+        "$BIN/nvfp4mla" bench extend --staged --rows 4096 --heads 128 --capacity 65536 --iters 10 --warmup-seconds 1 \
+          --json "$OUT/bars_extend128_$i.json" >"$OUT/bars_extend128_$i.txt" 2>&1
+        echo "staged extend 128 heads alone, process $i:"; grep -E "^nvfp4" "$OUT/bars_extend128_$i.txt"
       done ;;
     bench-all)
       "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 32 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -58 "$OUT/decode_all.txt" ;;
