@@ -65,17 +65,13 @@ for step in "$@"; do
         "$BIN/nvfp4mla" bench decode --topk 2048 --warmup-seconds 1 --rows 128 --heads 16 32 --json "$OUT/bars_decode$i.json" >"$OUT/bars_decode$i.txt" 2>&1
         echo "decode process $i:"; grep -E "^nvfp4" "$OUT/bars_decode$i.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $7, $NF}'
       done
-      for i in 1 2; do
-        "$BIN/nvfp4mla" bench extend --staged --rows 4096 --heads 64 128 --capacity 65536 --iters 10 --warmup-seconds 1 \
-          --json "$OUT/bars_extend$i.json" >"$OUT/bars_extend$i.txt" 2>&1
-        echo "staged extend process $i:"; grep -E "^nvfp4" "$OUT/bars_extend$i.txt"
-      done
-      # The 128-head case alone (after 64 heads in the same process it starts on a hotter card, and
-      # the power cap moves its clock more than any change moves its time).
-      for i in 1 2; do
-        "$BIN/nvfp4mla" bench extend --staged --rows 4096 --heads 128 --capacity 65536 --iters 10 --warmup-seconds 1 \
-          --json "$OUT/bars_extend128_$i.json" >"$OUT/bars_extend128_$i.txt" 2>&1
-        echo "staged extend 128 heads alone, process $i:"; grep -E "^nvfp4" "$OUT/bars_extend128_$i.txt"
+      # The staged extend at 64 and 128 heads, then 128 alone (after 64 heads in the same process it
+      # starts on a hotter card, and the power cap moves its clock more than a change moves its time).
+      for run in "64 128:bars_extend1" "64 128:bars_extend2" "128:bars_extend128_1" "128:bars_extend128_2"; do
+        heads=${run%%:*} tag=${run#*:}
+        "$BIN/nvfp4mla" bench extend --staged --rows 4096 --heads $heads --capacity 65536 --iters 10 --warmup-seconds 1 \
+          --json "$OUT/$tag.json" >"$OUT/$tag.txt" 2>&1
+        echo "staged extend, heads $heads ($tag):"; grep -E "^nvfp4" "$OUT/$tag.txt"
       done ;;
     bench-all)
       "$BIN/nvfp4mla" bench decode --all-formats --rows 256 128 --heads 128 64 32 16 --topk 2048 --iters 10 --json "$OUT/decode_all.json" >"$OUT/decode_all.txt" 2>&1; tail -58 "$OUT/decode_all.txt" ;;
