@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: tests, benchmarks, variant timings and a profile, logs under $OUT.
 # Usage (from the repo root, with the binaries in .devbin/):
-#   scripts/device_run.sh [tests|qualification|ab|bench|bars|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
+#   scripts/device_run.sh [tests|qualification|ab|bitcompare|bench|bars|bench-procs|bench-all|indexer|extend|eval|variants|ncu|stalls|locked|srcprof|sanitize]...
 # Binaries packed by scripts/device_pack.sh: run its unpack.sh first, export the LD_LIBRARY_PATH
 # it prints, and pass BIN=<pack>/bin/base or BIN=<pack>/bin/<variant>.
 # The GPU image has no cairo: build the binaries for it with -DNVFP4MLA_PLOTS=OFF (eval --plot
@@ -100,6 +100,33 @@ for step in "$@"; do
           echo "$name round $r:"
           grep -E '^(nvfp4|fp8|bf16)' "$OUT/ab_${name}_$r.txt" | awk '{printf "  %s x %s: %s us at %s MHz\n", $2, $3, $7, $14}'
         done
+      done ;;
+    bitcompare)
+      # Whether two builds' decode kernels give the same bits: $A and $B are folders holding an
+      # nvfp4mla CLI; each case of $CASES ("rows heads cache-dtype rope scale-mode", ';'-separated,
+      # '-' for the rope and scale mode of other formats)
+      # encodes random latents with $A's writer (scripts/attend_inputs.py) and runs `attend --device
+      # cuda` with both builds on the same cache, queries and indices (5% masked, ragged lengths).
+      cases=${CASES:-"128 16 nvfp4_ds_mla fp8 dynamic;3 16 nvfp4_ds_mla fp8 dynamic;128 16 nvfp4_ds_mla bf16 implicit;5 8 nvfp4_ds_mla bf16 static;64 32 nvfp4_ds_mla fp8 dynamic"}
+      IFS=';' read -ra case_list <<<"$cases"
+      for c in "${case_list[@]}"; do
+        read -r rows heads dtype rope mode <<<"$c"
+        dir="$OUT/bitcompare/${rows}x${heads}_${dtype}_${rope}_${mode}"
+        format=(--cache-dtype "$dtype")  # rope and scale mode: nvfp4_ds_mla only ('-' elsewhere)
+        [[ "$rope" != - ]] && format+=(--rope "$rope")
+        [[ "$mode" != - ]] && format+=(--scale-mode "$mode")
+        [[ "$mode" == static ]] && format+=(--layer-scale 0.5)
+        python3 scripts/attend_inputs.py "$dir" "$rows" "$heads" &&
+          "$A/nvfp4mla" encode "${format[@]}" --input "$dir/latent.safetensors" --output "$dir/cache.safetensors" >"$dir/encode.txt" 2>&1 ||
+          { echo "bitcompare $c: inputs failed"; continue; }
+        for b in "$A" "$B"; do
+          "$b/nvfp4mla" attend "${format[@]}" --cache "$dir/cache.safetensors" --query "$dir/q.safetensors" \
+            --indices "$dir/indices.safetensors" --sm-scale 0.0417 --device cuda --output "$dir/out_$(basename "$b").safetensors" \
+            >"$dir/attend_$(basename "$b").txt" 2>&1 || echo "bitcompare $c: attend $(basename "$b") failed"
+        done
+        if cmp -s "$dir/out_$(basename "$A").safetensors" "$dir/out_$(basename "$B").safetensors"; then result=same; else result=DIFFERENT; fi
+        echo "bitcompare $c: $result"
+        rm -f "$dir"/*.safetensors
       done ;;
     variants)
       # Time the decode with stages left out (results are garbage; only the time matters). Needs one
