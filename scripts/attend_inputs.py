@@ -9,33 +9,13 @@ indices.safetensors (I32 indices [rows, topk] with ~5% masked entries (-1) and a
 topk_length [rows]). Only numpy is needed, so it runs on a bare GPU machine.
 """
 import argparse
-import json
 import pathlib
-import struct
+import sys
 
 import numpy as np
 
-
-def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, (dtype, array) in tensors.items():
-        data = np.ascontiguousarray(array).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    encoded = json.dumps(header).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        for data in blobs:
-            f.write(data)
-
-
-def bf16_bits(x):
-    """Round-to-nearest-even BF16 bit patterns of finite float32 values."""
-    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "python" / "tests"))
+from tensor_files import bf16_bits, write_safetensors  # noqa: E402  (numpy alone: no package build needed)
 
 
 def main():
@@ -56,17 +36,16 @@ def main():
     kv_c = rng.normal(0, 1, size=(args.slots, 512)) * magnitude
     kv_c[:, rng.choice(512, 8, replace=False)] *= 8.0
     k_pe = rng.normal(0, 1, size=(args.slots, 64)) * magnitude
-    write_safetensors(args.out_dir / "latent.safetensors",
-                      {"kv_c": ("F32", kv_c.astype(np.float32)), "k_pe": ("F32", k_pe.astype(np.float32))})
+    write_safetensors(args.out_dir / "latent.safetensors", {"kv_c": kv_c.astype(np.float32), "k_pe": k_pe.astype(np.float32)})
 
-    q = bf16_bits(rng.normal(0, 1, size=(args.rows, args.heads, 576)))
-    write_safetensors(args.out_dir / "q.safetensors", {"q": ("BF16", q)})
+    q = bf16_bits(rng.normal(0, 1, size=(args.rows, args.heads, 576)))  # truncated to BF16: any values do
+    write_safetensors(args.out_dir / "q.safetensors", {"q": q})
 
     indices = rng.integers(0, args.slots, size=(args.rows, args.topk)).astype(np.int32)
     indices[rng.random(size=indices.shape) < 0.05] = -1
     topk_length = np.full(args.rows, args.topk, np.int32)
     topk_length[::7] = rng.integers(1, args.topk, size=len(topk_length[::7]))
-    write_safetensors(args.out_dir / "indices.safetensors", {"indices": ("I32", indices), "topk_length": ("I32", topk_length)})
+    write_safetensors(args.out_dir / "indices.safetensors", {"indices": indices, "topk_length": topk_length})
 
 
 if __name__ == "__main__":

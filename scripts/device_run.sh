@@ -103,10 +103,10 @@ for step in "$@"; do
       done ;;
     bitcompare)
       # Whether two builds' decode kernels give the same bits: $A and $B are folders holding an
-      # nvfp4mla CLI; each case of $CASES ("rows heads cache-dtype rope scale-mode", ';'-separated,
-      # '-' for the rope and scale mode of other formats)
-      # encodes random latents with $A's writer (scripts/attend_inputs.py) and runs `attend --device
-      # cuda` with both builds on the same cache, queries and indices (5% masked, ragged lengths).
+      # nvfp4mla CLI. Each case of $CASES ("rows heads cache-dtype rope scale-mode", ';'-separated,
+      # '-' for the rope and scale mode of other formats) encodes random latents with $A's writer
+      # (scripts/attend_inputs.py) and runs `attend --device cuda` with both builds on the same
+      # cache, queries and indices (5% masked, ragged lengths).
       cases=${CASES:-"128 16 nvfp4_ds_mla fp8 dynamic;3 16 nvfp4_ds_mla fp8 dynamic;128 16 nvfp4_ds_mla bf16 implicit;5 8 nvfp4_ds_mla bf16 static;64 32 nvfp4_ds_mla fp8 dynamic"}
       IFS=';' read -ra case_list <<<"$cases"
       for c in "${case_list[@]}"; do
@@ -119,12 +119,12 @@ for step in "$@"; do
         python3 scripts/attend_inputs.py "$dir" "$rows" "$heads" &&
           "$A/nvfp4mla" encode "${format[@]}" --input "$dir/latent.safetensors" --output "$dir/cache.safetensors" >"$dir/encode.txt" 2>&1 ||
           { echo "bitcompare $c: inputs failed"; continue; }
-        for b in "$A" "$B"; do
-          "$b/nvfp4mla" attend "${format[@]}" --cache "$dir/cache.safetensors" --query "$dir/q.safetensors" \
-            --indices "$dir/indices.safetensors" --sm-scale 0.0417 --device cuda --output "$dir/out_$(basename "$b").safetensors" \
-            >"$dir/attend_$(basename "$b").txt" 2>&1 || echo "bitcompare $c: attend $(basename "$b") failed"
+        for side in A B; do
+          "${!side}/nvfp4mla" attend "${format[@]}" --cache "$dir/cache.safetensors" --query "$dir/q.safetensors" \
+            --indices "$dir/indices.safetensors" --sm-scale 0.0417 --device cuda --output "$dir/out_$side.safetensors" \
+            >"$dir/attend_$side.txt" 2>&1 || echo "bitcompare $c: attend of $side (${!side}) failed"
         done
-        if cmp -s "$dir/out_$(basename "$A").safetensors" "$dir/out_$(basename "$B").safetensors"; then result=same; else result=DIFFERENT; fi
+        if cmp -s "$dir/out_A.safetensors" "$dir/out_B.safetensors"; then result=same; else result=DIFFERENT; fi
         echo "bitcompare $c: $result"
         rm -f "$dir"/*.safetensors
       done ;;
