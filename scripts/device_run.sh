@@ -119,12 +119,15 @@ for step in "$@"; do
         python3 scripts/attend_inputs.py "$dir" "$rows" "$heads" &&
           "$A/nvfp4mla" encode "${format[@]}" --input "$dir/latent.safetensors" --output "$dir/cache.safetensors" >"$dir/encode.txt" 2>&1 ||
           { echo "bitcompare $c: inputs failed"; continue; }
+        result=
         for side in A B; do
           "${!side}/nvfp4mla" attend "${format[@]}" --cache "$dir/cache.safetensors" --query "$dir/q.safetensors" \
             --indices "$dir/indices.safetensors" --sm-scale 0.0417 --device cuda --output "$dir/out_$side.safetensors" \
-            >"$dir/attend_$side.txt" 2>&1 || echo "bitcompare $c: attend of $side (${!side}) failed"
+            >"$dir/attend_$side.txt" 2>&1 || result+="attend of $side (${!side}) failed, see $dir/attend_$side.txt; "
         done
-        if cmp -s "$dir/out_A.safetensors" "$dir/out_B.safetensors"; then result=same; else result=DIFFERENT; fi
+        if [[ -n "$result" ]]; then :  # a failed run is not reported as a difference
+        elif cmp -s "$dir/out_A.safetensors" "$dir/out_B.safetensors"; then result=same
+        else result=DIFFERENT; fi
         echo "bitcompare $c: $result"
         rm -f "$dir"/*.safetensors
       done ;;
